@@ -1,0 +1,300 @@
+"""The run configuration: TOML sections mapped onto dataclasses, overrides, validation.
+
+Torch-free on purpose: launch.py validates a config (and exits 2 on a bad one) before any heavy import.
+Every field's docstring is its documentation: `python launch.py --help-config` prints them.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.settings import EnvSettings
+
+
+class ConfigError(ValueError):
+    """A config file, override or value that cannot be used; the message names the key."""
+
+
+@dataclass
+class RunConfig:
+    seed: int = 1
+    """run seed; every env slot derives its own seed from it"""
+    total_steps: int = 10_000_000
+    """agent steps (summed over all envs) to train for"""
+    device: str = "auto"
+    """auto (cuda when available) | cpu | cuda"""
+    deterministic: bool = False
+    """same seed + config on CPU give the same metrics: lock-step collection, deterministic kernels"""
+    torch_threads: int = 0
+    """threads for the learner's torch ops (0: torch's default)"""
+    checkpoint_every: int = 50
+    """write a checkpoint every this many updates (and always at the end)"""
+    collect_only: bool = False
+    """run actors and inference without gradient updates (throughput measurement)"""
+    random_policy: bool = False
+    """answer actors with uniform random actions instead of running the network"""
+
+
+@dataclass
+class ClusterConfig:
+    actors: int = 8
+    """actor processes launch.py starts"""
+    envs_per_actor: int = 1
+    """environments each actor process hosts"""
+    address: str = "tcp://127.0.0.1:5555"
+    """where the learner binds its request socket (tcp:// or ipc://); port 0 picks a free one"""
+    weights_address: str = "tcp://127.0.0.1:5556"
+    """where the learner publishes weights; port 0 picks a free one"""
+    min_envs: int = 0
+    """env slots the learner waits for before the first rollout (0: actors x envs_per_actor)"""
+    actor_timeout_s: float = 10.0
+    """an actor silent for this long while it owes a step report is retired"""
+    max_message_mb: int = 64
+    """largest message accepted on a socket"""
+
+
+@dataclass
+class PPOConfig:
+    num_steps: int = 128
+    """steps per env per rollout (T)"""
+    gamma: float = 0.99
+    """discount"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate at the start"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over total_steps"""
+    adam_eps: float = 1e-5
+    """Adam epsilon"""
+    update_epochs: int = 4
+    """passes over the rollout per update"""
+    num_minibatches: int = 4
+    """shuffled minibatches per epoch"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    variant: str = "clip"
+    """clip (clipped surrogate) | kl (adaptive KL penalty)"""
+    clip_coef: float = 0.1
+    """surrogate clipping range"""
+    clip_vloss: bool = True
+    """clip the value loss with clip_coef around the old values"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    kl_target: float = 0.01
+    """kl variant: d_targ; beta halves below d_targ/1.5 and doubles above 1.5 d_targ"""
+    kl_beta: float = 1.0
+    """kl variant: initial penalty coefficient"""
+    target_kl: float = 0.0
+    """stop the epochs early once approx_kl exceeds this (0 disables)"""
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "auto"
+    """auto (cnn for images, mlp for vectors) | cnn | mlp"""
+    hidden: int = 64
+    """mlp: width of each of the two tanh layers"""
+
+
+@dataclass
+class NormalizeConfig:
+    obs: bool = False
+    """running mean/std observation normalization, clipped to [-clip, clip] (vector observations)"""
+    reward: bool = False
+    """scale rewards by the std of the discounted return, clipped to [-clip, clip]"""
+    clip: float = 10.0
+    """clip bound for normalized observations and scaled rewards"""
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvSettings = field(default_factory=EnvSettings)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+
+    @property
+    def num_envs(self) -> int:
+        return self.cluster.actors * self.cluster.envs_per_actor
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def sections() -> dict[str, type]:
+    return {f.name: f.type if isinstance(f.type, type) else _resolve(f.type) for f in dataclasses.fields(Config)}
+
+
+def _resolve(name: str) -> type:
+    return {"RunConfig": RunConfig, "EnvSettings": EnvSettings, "ClusterConfig": ClusterConfig,
+            "PPOConfig": PPOConfig, "ModelConfig": ModelConfig, "NormalizeConfig": NormalizeConfig}[name]
+
+
+def _field_types(cls) -> dict[str, type]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(key: str, value, want: type):
+    """Check a TOML value against the field's type; ints are accepted where floats are wanted."""
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+    elif want is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif want is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif want is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key}: expected {want.__name__}, got {value!r}")
+
+
+def from_dict(data: dict, base: Config | None = None) -> Config:
+    cfg = base or Config()
+    if not isinstance(data, dict):
+        raise ConfigError("config: expected a table of sections")
+    known = sections()
+    for name, table in data.items():
+        if name not in known:
+            raise ConfigError(f"unknown config section [{name}] (known: {', '.join(known)})")
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{name}] must be a table")
+        section = getattr(cfg, name)
+        types = _field_types(known[name])
+        for key, value in table.items():
+            if key not in types:
+                raise ConfigError(f"unknown config key {name}.{key}")
+            setattr(section, key, _coerce(f"{name}.{key}", value, types[key]))
+    validate(cfg)
+    return cfg
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> Config:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    cfg = from_dict(data)
+    return apply_overrides(cfg, overrides)
+
+
+def parse_override(text: str) -> tuple[str, str, object]:
+    """'section.key=value' -> (section, key, value); the value is read as TOML, else as a bare string."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    lhs, raw = text.split("=", 1)
+    section, key = lhs.strip().split(".", 1)
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key, value
+
+
+def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
+    data: dict[str, dict] = {}
+    for text in overrides:
+        section, key, value = parse_override(text)
+        data.setdefault(section, {})[key] = value
+    return from_dict(data, base=cfg) if data else cfg
+
+
+def _require(ok: bool, message: str):
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: Config) -> None:
+    r, c, p, e = cfg.run, cfg.cluster, cfg.ppo, cfg.env
+    _require(r.total_steps > 0, f"run.total_steps must be > 0, got {r.total_steps}")
+    _require(r.device in ("auto", "cpu", "cuda"), f"run.device must be auto, cpu or cuda, got {r.device!r}")
+    _require(r.checkpoint_every > 0, f"run.checkpoint_every must be > 0, got {r.checkpoint_every}")
+    _require(r.torch_threads >= 0, f"run.torch_threads must be >= 0, got {r.torch_threads}")
+    _require(c.actors >= 0, f"cluster.actors must be >= 0, got {c.actors}")
+    _require(c.envs_per_actor >= 1, f"cluster.envs_per_actor must be >= 1, got {c.envs_per_actor}")
+    for key in ("address", "weights_address"):
+        addr = getattr(c, key)
+        _require(addr.startswith(("tcp://", "ipc://")), f"cluster.{key} must start with tcp:// or ipc://, got {addr!r}")
+    _require(c.address != c.weights_address, "cluster.address and cluster.weights_address must differ")
+    _require(c.min_envs >= 0, f"cluster.min_envs must be >= 0, got {c.min_envs}")
+    _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
+    _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")
+    _require(p.num_steps >= 1, f"ppo.num_steps must be >= 1, got {p.num_steps}")
+    _require(0 <= p.gamma <= 1, f"ppo.gamma must be in [0, 1], got {p.gamma}")
+    _require(0 <= p.gae_lambda <= 1, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
+    _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
+    _require(p.adam_eps > 0, f"ppo.adam_eps must be > 0, got {p.adam_eps}")
+    _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
+    _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
+    _require(p.variant in ("clip", "kl"), f"ppo.variant must be clip or kl, got {p.variant!r}")
+    _require(p.clip_coef > 0, f"ppo.clip_coef must be > 0, got {p.clip_coef}")
+    for key in ("vf_coef", "ent_coef", "kl_target", "target_kl"):
+        _require(getattr(p, key) >= 0, f"ppo.{key} must be >= 0, got {getattr(p, key)}")
+    _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
+    _require(p.kl_beta > 0, f"ppo.kl_beta must be > 0, got {p.kl_beta}")
+    _require(cfg.model.kind in ("auto", "cnn", "mlp"), f"model.kind must be auto, cnn or mlp, got {cfg.model.kind!r}")
+    _require(cfg.model.hidden >= 1, f"model.hidden must be >= 1, got {cfg.model.hidden}")
+    _require(cfg.normalize.clip > 0, f"normalize.clip must be > 0, got {cfg.normalize.clip}")
+    _require(bool(e.env_id), "env.env_id must not be empty")
+    _require(0 <= e.noop_max <= 1000, f"env.noop_max must be in [0, 1000], got {e.noop_max}")
+    _require(1 <= e.frame_skip <= 100, f"env.frame_skip must be in [1, 100], got {e.frame_skip}")
+    _require(1 <= e.frame_stack <= 16, f"env.frame_stack must be in [1, 16], got {e.frame_stack}")
+    _require(8 <= e.resolution <= 512, f"env.resolution must be in [8, 512], got {e.resolution}")
+    _require(0 <= e.sticky_actions <= 1, f"env.sticky_actions must be in [0, 1], got {e.sticky_actions}")
+    _require(e.max_episode_steps >= 0, f"env.max_episode_steps must be >= 0, got {e.max_episode_steps}")
+
+
+def to_toml(cfg: Config) -> str:
+    """The resolved config as TOML (flat sections of scalars, so a tiny writer suffices)."""
+    lines = []
+    for name, table in cfg.to_dict().items():
+        lines.append(f"[{name}]")
+        for key, value in table.items():
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, str):
+                text = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            else:
+                text = repr(value)
+            lines.append(f"{key} = {text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def field_docs() -> list[tuple[str, object, str]]:
+    """(section.key, default, doc) for every config key, read from the docstrings in this file."""
+    out = []
+    for name, cls in sections().items():
+        docs = _docstrings(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out.append((f"{name}.{f.name}", default, docs.get(f.name, "")))
+    return out
+
+
+def _docstrings(cls) -> dict[str, str]:
+    import inspect
+    source = inspect.getsource(cls)
+    tree = ast.parse(source)
+    docs, body = {}, tree.body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = str(nxt.value.value).strip()
+    return docs
