@@ -232,7 +232,8 @@ def validate(cfg: Config) -> None:
     for key in ("address", "weights_address"):
         addr = getattr(c, key)
         _require(addr.startswith(("tcp://", "ipc://")), f"cluster.{key} must start with tcp:// or ipc://, got {addr!r}")
-    _require(c.address != c.weights_address, "cluster.address and cluster.weights_address must differ")
+    _require(c.address != c.weights_address or c.address.endswith(":0"),
+             "cluster.address and cluster.weights_address must differ")
     _require(c.min_envs >= 0, f"cluster.min_envs must be >= 0, got {c.min_envs}")
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")

@@ -3,9 +3,8 @@
 Imports neither torch nor gymnasium: an actor in central-inference mode depends on this package only.
 """
 from protocol.errors import ProtocolError
+from protocol.messages import PROTOCOL_VERSION
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
-
-PROTOCOL_VERSION = 1
 
 __all__ = ["PROTOCOL_VERSION", "ProtocolError", "EnvSettings", "SpaceSpec"]

@@ -1,0 +1,51 @@
+"""`python -m actor --learner ADDRESS`: join a running learner with K environments."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from actor.runner import ActorOptions, run
+
+
+def parse_args(argv=None) -> ActorOptions:
+    p = argparse.ArgumentParser(prog="python -m actor", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--learner", required=True, help="the learner's address, e.g. tcp://10.0.0.5:5555")
+    p.add_argument("--envs", type=int, default=1, help="environments this actor hosts")
+    p.add_argument("--groups", type=int, default=1, choices=(1, 2),
+                   help="2: double-buffered (step one half while the other waits for actions)")
+    p.add_argument("--name", default="", help="name shown in the learner's log")
+    p.add_argument("--reconnect-s", type=float, default=300.0,
+                   help="keep trying to (re)join the learner this long; 0 exits when it goes away")
+    p.add_argument("--server-key", default=None, help="CURVE: the learner's public key file")
+    p.add_argument("--key", default=None, help="CURVE: this actor's secret key file")
+    args = p.parse_args(argv)
+    if not args.learner.startswith(("tcp://", "ipc://")):
+        p.error(f"--learner must start with tcp:// or ipc://, got {args.learner!r}")
+    if args.envs < 1 or args.envs > 4096:
+        p.error(f"--envs must be in [1, 4096], got {args.envs}")
+    if args.envs % args.groups:
+        p.error(f"--envs ({args.envs}) must be divisible by --groups ({args.groups})")
+    if args.reconnect_s < 0:
+        p.error("--reconnect-s must be >= 0")
+    curve = None
+    if args.server_key or args.key:
+        if not (args.server_key and args.key):
+            p.error("CURVE needs both --server-key and --key")
+        from protocol.security import ClientKeys
+        try:
+            curve = ClientKeys.load(args.key, args.server_key)
+        except (OSError, ValueError) as exc:
+            p.error(f"cannot read keys: {exc}")
+    return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=args.name,
+                        reconnect_s=args.reconnect_s, curve=curve)
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

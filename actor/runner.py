@@ -1,0 +1,185 @@
+"""An actor process: handshake, then step envs on the learner's actions until told goodbye.
+
+Central inference: the actor only steps environments, so it never imports torch. Its envs may be split
+into two groups (double buffering): while the learner infers one group's actions, the other steps.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from actor.envs import describe_spaces, make_env
+from protocol import messages as m
+from protocol.errors import ProtocolError
+from protocol.settings import EnvSettings
+from protocol.transport import connect_dealer, recv_frames
+
+log = logging.getLogger("actor")
+
+
+class LearnerGone(Exception):
+    """The learner closed the connection, said goodbye, or stayed silent past the timeout."""
+
+
+class Refused(Exception):
+    """The learner refused this actor (error reply); retrying would not help."""
+
+
+@dataclass
+class ActorOptions:
+    learner: str
+    num_envs: int = 1
+    groups: int = 1
+    name: str = ""
+    parent_pid: int = 0  # exit when this process (launch.py) is gone
+    reconnect_s: float = 0.0  # keep trying to (re)join a learner this long; 0: exit when it goes away
+    welcome_timeout_s: float = 30.0
+    max_message_mb: int = 64
+    curve: object = None
+
+
+class EnvGroup:
+    """K envs stepped together; builds the step report the learner expects for them."""
+
+    def __init__(self, envs, seeds, space):
+        self.envs, self.space = envs, space
+        self.obs = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)])
+        if space.kind == "box":
+            self.low = np.asarray(space.low, np.float32).reshape(space.shape)
+            self.high = np.asarray(space.high, np.float32).reshape(space.shape)
+
+    def first_report(self, group: int) -> m.StepReport:
+        k = len(self.envs)
+        return m.StepReport(group, self.obs, np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool), first=True)
+
+    def step(self, group: int, actions: np.ndarray) -> m.StepReport:
+        if self.space.kind == "box":
+            actions = np.clip(actions, self.low, self.high)  # the learner keeps the unclipped sample
+        k = len(self.envs)
+        rewards, term, trunc = np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool)
+        ep_returns, ep_lengths, final_index, final_obs = [], [], [], []
+        for i, (env, action) in enumerate(zip(self.envs, actions)):
+            obs, reward, term[i], trunc[i], info = env.step(action.item() if self.space.kind == "discrete" else action)
+            rewards[i] = reward
+            if "episode" in info:
+                ep_returns.append(float(info["episode"]["r"]))
+                ep_lengths.append(int(info["episode"]["l"]))
+            if term[i] or trunc[i]:
+                if trunc[i] and not term[i]:
+                    final_index.append(i)
+                    final_obs.append(obs)
+                obs, _ = env.reset()
+            self.obs[i] = obs
+        return m.StepReport(group, self.obs, rewards, term, trunc,
+                            np.asarray(ep_returns, np.float64), np.asarray(ep_lengths, np.int64),
+                            np.asarray(final_index, np.int64), np.stack(final_obs) if final_obs else None)
+
+    def close(self):
+        for env in self.envs:
+            env.close()
+
+
+def _parent_alive(pid: int) -> bool:
+    return pid <= 0 or os.getppid() == pid
+
+
+def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list) -> str:
+    """One connection to a learner, from handshake to goodbye. Returns the goodbye reason."""
+    sock = connect_dealer(ctx, opts.learner, opts.max_message_mb << 20, curve=opts.curve)
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    groups = []
+    try:
+        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups)))
+        welcome = _await_welcome(sock, opts)
+        joined.append(welcome.run_id)
+        settings = EnvSettings.from_dict(welcome.env)
+        envs = [make_env(settings, seed) for seed in welcome.seeds]
+        obs_space, action_space = describe_spaces(envs[0])
+        if obs_space.to_dict() != welcome.obs_space.to_dict() or action_space.to_dict() != welcome.action_space.to_dict():
+            sock.send_multipart(m.encode(m.Error("my env's spaces differ from the learner's")))
+            raise Refused("the env built from the learner's settings has different spaces")
+        k = opts.num_envs // opts.groups
+        groups = [EnvGroup(envs[g * k:(g + 1) * k], welcome.seeds[g * k:(g + 1) * k], action_space)
+                  for g in range(opts.groups)]
+        expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=obs_space.shape, obs_dtype=obs_space.dtype,
+                          action_shape=action_space.shape,
+                          action_dtype="int64" if action_space.kind == "discrete" else "float32",
+                          max_bytes=opts.max_message_mb << 20)
+        log.info("actor %s joined as id %d with slots %s", opts.name, welcome.actor_id, welcome.slots)
+        for g, group in enumerate(groups):
+            sock.send_multipart(m.encode(group.first_report(g)), copy=False)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        while True:
+            events = dict(poller.poll(1000))
+            if monitor in events:
+                raise LearnerGone("connection to the learner lost")
+            if not _parent_alive(opts.parent_pid):
+                return "launcher gone"
+            if sock not in events:
+                continue
+            msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
+            if isinstance(msg, m.Actions):
+                sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions)), copy=False)
+            elif isinstance(msg, m.Goodbye):
+                return msg.reason
+            elif isinstance(msg, m.Error):
+                raise Refused(msg.reason)
+    finally:
+        for group in groups:
+            group.close()
+        sock.disable_monitor()
+        monitor.close()
+        sock.close()
+
+
+def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
+    deadline = time.monotonic() + opts.welcome_timeout_s
+    while time.monotonic() < deadline:
+        if not _parent_alive(opts.parent_pid):
+            raise LearnerGone("launcher gone before the learner answered")
+        frames = recv_frames(sock, 500)
+        if frames is None:
+            continue
+        msg = m.decode(frames)
+        if isinstance(msg, m.Welcome):
+            if len(msg.slots) != opts.num_envs:
+                raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {opts.num_envs} envs")
+            return msg
+        if isinstance(msg, m.Error):
+            raise Refused(msg.reason)
+    raise LearnerGone(f"no answer from {opts.learner} within {opts.welcome_timeout_s:g}s")
+
+
+def run(opts: ActorOptions) -> int:
+    """Join, and rejoin with backoff while reconnect_s allows. Exit code: 0 on goodbye, 1 otherwise."""
+    ctx = zmq.Context()
+    backoff, gone_since = 0.5, None
+    try:
+        while True:
+            joined = []
+            try:
+                reason = run_session(opts, ctx, joined)
+                log.info("actor %s: learner said goodbye (%s)", opts.name, reason)
+                return 0
+            except Refused as exc:
+                log.error("actor %s refused: %s", opts.name, exc)
+                return 1
+            except (LearnerGone, ProtocolError) as exc:
+                if joined:  # a session that worked restarts the reconnection clock
+                    backoff, gone_since = 0.5, None
+                gone_since = gone_since or time.monotonic()
+                if time.monotonic() - gone_since > opts.reconnect_s or not _parent_alive(opts.parent_pid):
+                    log.error("actor %s: %s; exiting", opts.name, exc)
+                    return 1
+                log.warning("actor %s: %s; reconnecting in %.1fs", opts.name, exc, backoff)
+                time.sleep(backoff)  # backoff between reconnection attempts, not synchronization
+                backoff = min(backoff * 2, 10.0)
+    finally:
+        ctx.term()

@@ -1,0 +1,166 @@
+"""Fills one rollout: step reports in, batched inference, actions out, until every live column has T steps.
+
+Each actor group is served as soon as its report arrives (batched with whatever else is waiting), so a
+slow actor delays only itself. In deterministic mode the collector waits for every group and infers
+them in slot order, so the result does not depend on process scheduling.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from learner.actors import ActorEntry
+from learner.gateway import Gateway
+from learner.policy import Policy
+from learner.rollout import RolloutBuffer
+from protocol import messages as m
+
+log = logging.getLogger("learner")
+
+
+@dataclass
+class Waiting:
+    """One actor group's newest observation, waiting for actions."""
+    actor: ActorEntry
+    group: int
+    slots: list[int]
+    obs: np.ndarray
+    episodes: list = field(default_factory=list)
+
+
+@dataclass
+class EpisodeStats:
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    lengths: deque = field(default_factory=lambda: deque(maxlen=100))
+    count: int = 0
+
+    def add(self, ret: float, length: int) -> None:
+        self.returns.append(ret)
+        self.lengths.append(length)
+        self.count += 1
+
+
+class Collector:
+    def __init__(self, gateway: Gateway, policy: Policy, num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
+                 action_shape: tuple, action_dtype: torch.dtype, device: torch.device, actor_timeout_s: float,
+                 lockstep: bool = False):
+        self.gateway, self.policy = gateway, policy
+        self.num_steps, self.device = num_steps, device
+        self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
+        self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
+        self.version = 0
+        self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
+        self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
+        self.buffer: RolloutBuffer | None = None
+        self.episodes = EpisodeStats()
+        gateway.on_retire = self._on_retire
+
+    def parked_slots(self) -> int:
+        return sum(len(w.slots) for w in self.parked.values())
+
+    def collect(self, min_envs: int, should_stop) -> RolloutBuffer | None:
+        """Run until the rollout is complete; None when asked to stop first."""
+        while self.parked_slots() < max(min_envs, 1):
+            if should_stop():
+                return None
+            self._pump(100)
+        self._start_rollout()
+        while not self.buffer.is_complete():
+            if should_stop():
+                return None
+            self._pump(100)
+        return self.buffer
+
+    def _start_rollout(self) -> None:
+        groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
+        slots = [s for w in groups for s in w.slots]
+        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout[:2], *self.layout[2:], self.device)
+        self.waiting, self.parked = {(w.actor.identity, w.group): w for w in groups}, {}
+        self._infer()
+
+    def _pump(self, timeout_ms: int) -> None:
+        for item in self.gateway.poll(timeout_ms):
+            if isinstance(item.msg, m.StepReport):
+                self._on_report(item.actor, item.msg)
+            else:  # Goodbye or Error: the actor is leaving
+                self.gateway.retire(item.actor, f"said {type(item.msg).__name__.lower()}: {item.msg.reason}")
+        self._infer()
+        self.gateway.check_liveness(self.actor_timeout_s)
+
+    def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
+        actor.owes.discard(report.group)
+        slots = actor.group_slots(report.group)
+        buf = self.buffer
+        in_rollout = buf is not None and slots[0] in buf.column
+        episodes = list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
+        if in_rollout and not report.first:
+            cols = buf.columns(slots)
+            buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
+            t = buf.completed[cols[0]] - 1
+            for i, obs in zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []):
+                if report.truncated[i] and not report.terminated[i]:
+                    buf.final_obs[(t, cols[i])] = torch.from_numpy(np.array(obs))
+        item = Waiting(actor, report.group, slots, np.array(report.obs), episodes)  # copy: frames are reused
+        key = (actor.identity, report.group)
+        if in_rollout and buf.wants_action(buf.column[slots[0]]):
+            self.waiting[key] = item
+            return
+        if in_rollout:  # T steps done: this obs bootstraps the rollout and starts the next one
+            for col, obs in zip(buf.columns(slots), item.obs):
+                buf.bootstrap_obs[col] = torch.from_numpy(obs)
+        self._count_episodes([item])
+        item.episodes = []
+        self.parked[key] = item
+
+    def _infer(self) -> None:
+        if not self.waiting or self.buffer is None:
+            return
+        if self.lockstep and any(self.buffer.wants_action(c) and self._group_of(c) not in self.waiting
+                                 for c in range(self.buffer.N)):
+            return
+        batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
+        self.waiting = {}
+        self._count_episodes(batch)
+        result = self.policy.act(np.concatenate([w.obs for w in batch]))
+        start = 0
+        for w in batch:
+            end = start + len(w.slots)
+            if w.actor.identity not in self.gateway.registry:
+                start = end
+                continue
+            self.buffer.record_actions(self.buffer.columns(w.slots), result.obs[start:end], result.actions_t[start:end],
+                                       result.logprobs[start:end], result.values[start:end])
+            self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
+            start = end
+
+    def _group_of(self, col: int) -> tuple[bytes, int] | None:
+        slot = self.buffer.slots[col]
+        for actor in self.gateway.registry.by_identity.values():
+            if slot in actor.slots:
+                return actor.identity, actor.slots.index(slot) // actor.group_size
+        return None
+
+    def _count_episodes(self, batch: list[Waiting]) -> None:
+        for w in batch:  # in slot order, so the last-100 window is scheduling-independent in lockstep
+            for ret, length in w.episodes:
+                self.episodes.add(ret, length)
+
+    def _on_retire(self, actor: ActorEntry) -> None:
+        for key in [k for k in (*self.waiting, *self.parked) if k[0] == actor.identity]:
+            self.waiting.pop(key, None)
+            self.parked.pop(key, None)
+        if self.buffer is not None:
+            for slot in actor.slots:
+                if slot in self.buffer.column:
+                    self.buffer.mark_dead(self.buffer.column[slot])
+
+    def forgive_pause(self) -> None:
+        self.gateway.registry.touch_all()
+
+    def elapsed_marker(self) -> float:
+        return time.monotonic()

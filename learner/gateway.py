@@ -1,0 +1,151 @@
+"""The learner's door: one ROUTER socket, handshakes, validation of everything that arrives.
+
+Whatever bytes come in, the gateway either turns them into a validated message from a registered actor
+or rejects them with one log line naming the peer and the reason (counted in `rejected`). It never
+raises on peer input.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from protocol import messages as m
+from protocol.errors import ProtocolError
+from protocol.settings import EnvSettings
+from protocol.spaces import SpaceSpec
+from protocol.transport import bind_router, recv_frames
+from learner.actors import ActorEntry, ActorRegistry
+
+log = logging.getLogger("learner")
+
+MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
+
+
+def env_seed(run_seed: int, slot: int, generation: int) -> int:
+    """Each slot's env seed: distinct per slot, and fresh after a resume (generation = start update)."""
+    return (run_seed * 1_000_003 + slot * 7919 + generation * 104_729) % (2**31 - 1)
+
+
+@dataclass
+class Incoming:
+    actor: ActorEntry
+    msg: object
+
+
+class Gateway:
+    def __init__(self, ctx: zmq.Context, address: str, settings: EnvSettings, obs_space: SpaceSpec,
+                 action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
+                 curve=None):
+        self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
+        self.registry = ActorRegistry()
+        self.settings, self.obs_space, self.action_space = settings, obs_space, action_space
+        self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
+        self.rejected = 0
+        self.events: list[str] = []
+
+    def close(self) -> None:
+        for entry in list(self.registry.by_identity.values()):
+            self._send(entry.identity, m.Goodbye("learner shutting down"))
+        self.sock.close(linger=1000)  # let the goodbyes leave before the connection drops
+
+    def poll(self, timeout_ms: int) -> list[Incoming]:
+        """Everything that has arrived (waiting up to timeout_ms for the first message)."""
+        out = []
+        frames = recv_frames(self.sock, timeout_ms)
+        while frames is not None and len(out) < MAX_BATCH_MESSAGES:
+            item = self._admit(frames)
+            if item is not None:
+                out.append(item)
+            frames = recv_frames(self.sock, 0)
+        return out
+
+    def _admit(self, frames) -> Incoming | None:
+        identity = bytes(frames[0])
+        if identity in self.registry.banned:
+            return None
+        entry = self.registry.get(identity)
+        try:
+            msg = m.decode(frames[1:], expect=entry.expect if entry else None, max_bytes=self.max_bytes)
+        except ProtocolError as exc:
+            return self._reject(identity, entry, str(exc))
+        if isinstance(msg, m.Handshake):
+            if entry is not None:
+                self.retire(entry, "handshook again (restarted)")
+            return self._handshake(identity, msg)
+        if entry is None:
+            return self._reject(identity, None, f"{type(msg).__name__} before handshake")
+        if isinstance(msg, m.StepReport) and msg.group not in entry.owes:
+            return self._reject(identity, entry, f"step report for group {msg.group} that was not asked for")
+        if not isinstance(msg, (m.StepReport, m.Goodbye, m.Error)):
+            return self._reject(identity, entry, f"unexpected {type(msg).__name__} from an actor")
+        entry.last_seen = time.monotonic()
+        return Incoming(entry, msg)
+
+    def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
+        self.rejected += 1
+        who = entry.name if entry else f"peer {identity.hex()[:10]}"
+        log.warning("rejected message from %s: %s", who, reason)
+        if self.registry.strike(identity):
+            log.warning("dropping %s: too many malformed messages", who)
+            if entry is not None:
+                self.retire(entry, "too many malformed messages")
+        return None
+
+    def _handshake(self, identity: bytes, hs: m.Handshake) -> None:
+        problem = None
+        if hs.env_id is not None and hs.env_id != self.settings.env_id:
+            problem = f"env {hs.env_id!r} does not match the learner's {self.settings.env_id!r}"
+        elif hs.obs_space is not None and hs.obs_space.to_dict() != self.obs_space.to_dict():
+            problem = "observation space does not match the learner's"
+        elif hs.action_space is not None and hs.action_space.to_dict() != self.action_space.to_dict():
+            problem = "action space does not match the learner's"
+        if problem is None:
+            expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,
+                              obs_shape=self.obs_space.shape, obs_dtype=self.obs_space.dtype,
+                              action_shape=self.action_space.shape, max_bytes=self.max_bytes)
+            try:
+                entry = self.registry.join(identity, hs.name, hs.num_envs, hs.groups, expect)
+            except ValueError as exc:
+                problem = str(exc)
+        if problem is not None:
+            self._reject(identity, None, f"handshake refused: {problem}")
+            self._send(identity, m.Error(problem))
+            return None
+        entry.owes = set(range(hs.groups))
+        seeds = [env_seed(self.run_seed, s, self.generation) for s in entry.slots]
+        self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
+                                       self.obs_space, self.action_space, self.run_id))
+        self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots})")
+        return None
+
+    def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
+        entry.owes.add(group)
+        return self._send(entry.identity, m.Actions(group, actions, version), entry)
+
+    def _send(self, identity: bytes, msg, entry: ActorEntry | None = None) -> bool:
+        try:
+            self.sock.send_multipart([identity, *m.encode(msg)], copy=False, flags=zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:  # unroutable (peer gone) or its queue is full
+            if entry is not None:
+                self.retire(entry, f"unreachable ({exc.strerror})")
+            return False
+
+    def retire(self, entry: ActorEntry, reason: str) -> None:
+        if self.registry.leave(entry.identity) is not None:
+            self.on_retire(entry)
+            self._event(f"actor {entry.name} left: {reason}")
+
+    def on_retire(self, entry: ActorEntry) -> None:
+        """Set by the collector to cut the actor's columns out of the rollout."""
+
+    def check_liveness(self, timeout_s: float) -> None:
+        for entry in self.registry.overdue(timeout_s):
+            self.retire(entry, f"silent for more than {timeout_s:g}s")
+
+    def _event(self, text: str) -> None:
+        log.info(text)
+        self.events.append(text)

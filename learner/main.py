@@ -1,0 +1,194 @@
+"""The learner process: collect a rollout from the actors, compute GAE, update PPO, broadcast weights.
+
+Reads top to bottom like one CleanRL loop; the pieces (gateway, collector, updater, publisher) live in
+their own modules.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import torch
+import zmq
+
+from learner import checkpoint
+from learner.collector import Collector
+from learner.config import Config
+from learner.gae import compute_gae
+from learner.gateway import Gateway
+from learner.metrics import MetricsWriter, setup_logging
+from learner.model import build_model
+from learner.normalize import ObsNormalizer, RewardScaler
+from learner.policy import Policy
+from learner.ppo import PPOUpdater
+from learner.weights import WeightPublisher
+
+log = logging.getLogger("learner")
+TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("run.device=cuda but no CUDA device is available")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def probe_spaces(cfg: Config):
+    """Build one env locally to learn the spaces every actor must match."""
+    from actor.envs import describe_spaces, make_env
+    env = make_env(cfg.env, cfg.run.seed)
+    try:
+        return describe_spaces(env)
+    finally:
+        env.close()
+
+
+def write_endpoints(run_dir: Path, info: dict) -> None:
+    tmp = run_dir / ".endpoints.json.tmp"
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, run_dir / "endpoints.json")
+
+
+class Stop:
+    """Set by SIGTERM/SIGINT; checked between messages, so shutdown waits for no rollout."""
+
+    def __init__(self):
+        self.requested = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._set)
+
+    def _set(self, *_):
+        self.requested = True
+
+    def __call__(self) -> bool:
+        return self.requested
+
+
+def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(run_dir)
+    stop = Stop()
+    r, p = cfg.run, cfg.ppo
+    if r.torch_threads:
+        torch.set_num_threads(r.torch_threads)
+    if r.deterministic:
+        torch.use_deterministic_algorithms(True)
+    torch.manual_seed(r.seed)
+    device = pick_device(r.device)
+    obs_space, action_space = probe_spaces(cfg)
+    model = build_model(obs_space, action_space, cfg.model).to(device)
+    obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
+    reward_scaler = RewardScaler(cfg.num_envs or 1, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
+    total_updates = max(1, math.ceil(r.total_steps / (max(cfg.num_envs, 1) * p.num_steps)))
+    updater = PPOUpdater(model, p, total_updates, device)
+    state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
+    if resume and (path := checkpoint.latest(run_dir)) is not None:
+        saved = checkpoint.load(path, device)
+        model.load_state_dict(saved["model"])
+        updater.load_state_dict(saved["updater"])
+        if obs_norm is not None:
+            obs_norm.load_state_dict(saved["obs_norm"])
+        if reward_scaler is not None:
+            reward_scaler.load_state_dict(saved["reward_scaler"])
+        state = {k: saved[k] for k in state}
+        log.info("resumed from %s at update %d (%d env steps)", path.name, state["update"], state["env_steps"])
+
+    def save_checkpoint():
+        payload = {"model": model.state_dict(), "updater": updater.state_dict(), "config": cfg.to_dict(), **state,
+                   "obs_norm": obs_norm.state_dict() if obs_norm else {},
+                   "reward_scaler": reward_scaler.state_dict() if reward_scaler else {}}
+        return checkpoint.save(run_dir, state["update"], payload)
+
+    ctx = zmq.Context()
+    run_id = uuid.uuid4().hex[:12]
+    gateway = Gateway(ctx, cfg.cluster.address, cfg.env, obs_space, action_space, r.seed, state["update"], run_id,
+                      cfg.cluster.max_message_mb << 20)
+    publisher = WeightPublisher(ctx, cfg.cluster.weights_address)
+    write_endpoints(run_dir, {"address": gateway.endpoint, "weights_address": publisher.endpoint,
+                              "pid": os.getpid(), "run_id": run_id})
+    log.info("learner on %s (weights on %s), device %s, model %s", gateway.endpoint, publisher.endpoint, device,
+             type(model).__name__)
+    policy = Policy(model, action_space, device, obs_norm, seed=r.seed + state["update"],
+                    random_actions=r.random_policy)
+    collector = Collector(gateway, policy, p.num_steps, obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32),
+                          action_space.shape, torch.long if action_space.kind == "discrete" else torch.float32,
+                          device, cfg.cluster.actor_timeout_s, lockstep=r.deterministic)
+    collector.version = state["version"]
+    generator = torch.Generator(device=device)
+    generator.manual_seed(r.seed + 1 + state["update"])
+    metrics = MetricsWriter(run_dir)
+    min_envs = cfg.cluster.min_envs or cfg.num_envs
+    publisher.publish(model, state["version"])
+    started, steps_at_start, last_saved = time.monotonic(), state["env_steps"], state["update"]
+    try:
+        while state["env_steps"] < r.total_steps and not stop():
+            t0 = time.monotonic()
+            buf = collector.collect(min_envs, stop)
+            if buf is None:
+                break
+            t1 = time.monotonic()
+            extra = buf.finish(policy.value)
+            valid, dones = extra["valid"], extra["dones"]
+            n_valid = int(valid.sum())
+            if n_valid == 0:
+                continue
+            rewards = buf.rewards
+            if reward_scaler is not None:
+                if reward_scaler.num_envs != buf.N:
+                    reward_scaler.resize(buf.N)
+                rewards = reward_scaler(rewards, dones).to(device)
+            advantages, returns = compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones,
+                                              p.gamma, p.gae_lambda)
+            state["update"] += 1
+            state["env_steps"] += n_valid
+            stats = {}
+            if not r.collect_only:
+                batch = {"obs": buf.obs[valid], "actions": buf.actions[valid], "logprobs": buf.logprobs[valid],
+                         "values": buf.values[valid], "advantages": advantages[valid], "returns": returns[valid]}
+                stats = updater.update(batch, state["update"], generator)
+            state["version"] += 1
+            collector.version = state["version"]
+            publisher.publish(model, state["version"])
+            collector.forgive_pause()
+            now = time.monotonic()
+            state["elapsed_s"] += now - t0
+            done_steps = state["env_steps"] - steps_at_start
+            rate = done_steps / max(now - started, 1e-9)
+            ep = collector.episodes
+            metrics.write({
+                "update": state["update"], "env_steps": state["env_steps"], "sps": n_valid / max(now - t0, 1e-9),
+                "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
+                "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
+                "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
+                "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
+                "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
+                "learning_rate": stats.get("learning_rate", updater.learning_rate(state["update"])),
+                "actors": len(gateway.registry), "env_slots": buf.N, "weights_version": state["version"],
+                "elapsed_s": state["elapsed_s"], "collect_s": t1 - t0, "update_s": now - t1,
+                "progress": min(state["env_steps"] / r.total_steps, 1.0),
+                "eta_s": max(r.total_steps - state["env_steps"], 0) / max(rate, 1e-9),
+                "rejected_messages": gateway.rejected, "kl_beta": stats.get("kl_beta"),
+                "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
+                "events": gateway.events,
+            })
+            gateway.events = []
+            if state["update"] % r.checkpoint_every == 0:
+                save_checkpoint()
+                last_saved = state["update"]
+        if state["update"] != last_saved or not checkpoint.latest(run_dir):
+            path = save_checkpoint()
+            log.info("final checkpoint %s", path)
+    finally:
+        metrics.close()
+        gateway.close()
+        publisher.close()
+        ctx.term()
+    log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
+    return 0

@@ -1,0 +1,79 @@
+"""Batched inference for all actors: numpy observations in, numpy actions out, on the learner's device.
+
+Owns what happens to an observation before the network sees it (observation normalization) so that
+the rollout stores exactly what the policy saw: the update then reproduces the stored log-probs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from learner.model import ActorCritic
+from learner.normalize import ObsNormalizer
+from protocol.spaces import SpaceSpec
+
+
+@dataclass
+class ActResult:
+    actions: np.ndarray  # what is sent to the actors
+    obs: torch.Tensor  # what the network saw (stored in the rollout)
+    actions_t: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+
+
+class Policy:
+    def __init__(self, model: ActorCritic, action_space: SpaceSpec, device: torch.device,
+                 obs_norm: ObsNormalizer | None, seed: int, random_actions: bool = False):
+        self.model, self.action_space, self.device = model, action_space, device
+        self.obs_norm = obs_norm
+        self.random_actions = random_actions
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.pin = device.type == "cuda"
+
+    def _to_device(self, obs: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(obs)
+        if self.pin:
+            t = t.pin_memory()
+        return t.to(self.device, non_blocking=True)
+
+    def prepare(self, obs: np.ndarray, update_stats: bool) -> torch.Tensor:
+        t = self._to_device(obs)
+        if self.obs_norm is None:
+            return t
+        if update_stats:
+            self.obs_norm.update(t)
+        return self.obs_norm(t)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> ActResult:
+        x = self.prepare(obs, update_stats=True)
+        if self.random_actions:
+            return self._random(x, len(obs))
+        action, logprob, value = self.model.act(x, generator=self.generator)
+        return ActResult(action.cpu().numpy(), x, action, logprob, value)
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """V of raw observations (bootstrap and final ones: normalized without updating the stats)."""
+        if isinstance(obs, torch.Tensor):
+            obs = obs.cpu().numpy()
+        x = self.prepare(obs, update_stats=False)
+        if self.random_actions:
+            return torch.zeros(len(obs), device=self.device)
+        return self.model.value(x)
+
+    def _random(self, x: torch.Tensor, n: int) -> ActResult:
+        space = self.action_space
+        if space.kind == "discrete":
+            actions = self.rng.integers(0, space.n, size=n, dtype=np.int64)
+        else:
+            low = np.asarray(space.low, np.float32).reshape(space.shape)
+            high = np.asarray(space.high, np.float32).reshape(space.shape)
+            actions = self.rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
+        zeros = torch.zeros(n, device=self.device)
+        return ActResult(actions, x, torch.from_numpy(actions).to(self.device), zeros, zeros)

@@ -1,0 +1,93 @@
+"""One rollout of T steps for the env slots active when it began, kept on the learner's device.
+
+Slots advance independently (whichever actor is ready gets served), so each column has its own time
+index. A column whose actor vanished stops early: its steps after the last completed one are masked
+out, and its last completed step is cut as a truncation bootstrapped from the value of the observation
+that followed it.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class RolloutBuffer:
+    def __init__(self, slots: list[int], num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
+                 action_shape: tuple, action_dtype: torch.dtype, device: torch.device):
+        self.slots = list(slots)
+        self.column = {slot: i for i, slot in enumerate(self.slots)}
+        T, N = num_steps, len(self.slots)
+        self.T, self.N, self.device = T, N, device
+        z = dict(device=device)
+        self.obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, **z)
+        self.actions = torch.zeros((T, N, *action_shape), dtype=action_dtype, **z)
+        self.logprobs = torch.zeros((T, N), **z)
+        self.values = torch.zeros((T, N), **z)
+        self.rewards = torch.zeros((T, N), **z)
+        self.terminated = torch.zeros((T, N), dtype=torch.bool, **z)
+        self.truncated = torch.zeros((T, N), dtype=torch.bool, **z)
+        self.next_values = torch.zeros((T, N), **z)
+        self.acted = [0] * N     # actions sent per column (obs[t], actions[t], ... written for t < acted)
+        self.completed = [0] * N  # steps whose outcome (reward, flags) has arrived
+        self.dead = [False] * N
+        self.bootstrap_obs: dict[int, torch.Tensor] = {}         # column -> observation after step T-1
+        self.final_obs: dict[tuple[int, int], torch.Tensor] = {}  # (t, column) -> last obs before a truncation
+
+    def columns(self, slots) -> list[int]:
+        return [self.column[s] for s in slots]
+
+    def record_actions(self, cols: list[int], obs, actions, logprobs, values) -> None:
+        """Store one inference result for columns that are all at the same step."""
+        t = self.acted[cols[0]]
+        idx = torch.as_tensor(cols, device=self.device)
+        self.obs[t, idx] = obs
+        self.actions[t, idx] = actions
+        self.logprobs[t, idx] = logprobs
+        self.values[t, idx] = values
+        for c in cols:
+            self.acted[c] += 1
+
+    def record_outcome(self, cols: list[int], rewards, terminated, truncated) -> None:
+        t = self.completed[cols[0]]
+        idx = torch.as_tensor(cols, device=self.device)
+        self.rewards[t, idx] = torch.as_tensor(rewards, device=self.device)
+        self.terminated[t, idx] = torch.as_tensor(terminated, device=self.device)
+        self.truncated[t, idx] = torch.as_tensor(truncated, device=self.device)
+        for c in cols:
+            self.completed[c] += 1
+
+    def wants_action(self, col: int) -> bool:
+        return not self.dead[col] and self.acted[col] < self.T
+
+    def is_complete(self) -> bool:
+        return all(self.dead[c] or (self.completed[c] == self.T and c in self.bootstrap_obs) for c in range(self.N))
+
+    def mark_dead(self, col: int) -> None:
+        self.dead[col] = True
+
+    def valid_mask(self) -> torch.Tensor:
+        t = torch.arange(self.T, device=self.device).unsqueeze(1)
+        return t < torch.as_tensor(self.completed, device=self.device).unsqueeze(0)
+
+    def finish(self, value_fn) -> dict[str, torch.Tensor]:
+        """Fill next_values with value_fn (a batched V) and cut dead columns; returns dones and valid."""
+        self.next_values[:-1] = self.values[1:]
+        extra_obs, targets = [], []
+        for col, obs in self.bootstrap_obs.items():
+            extra_obs.append(obs)
+            targets.append((self.T - 1, col))
+        for (t, col), obs in self.final_obs.items():
+            extra_obs.append(obs)
+            targets.append((t, col))
+        if extra_obs:
+            vals = value_fn(torch.stack(extra_obs))
+            for (t, col), v in zip(targets, vals):
+                self.next_values[t, col] = v
+        dones = self.terminated | self.truncated
+        for col in range(self.N):
+            n = self.completed[col]
+            if self.dead[col] and 0 < n < self.T and not self.terminated[n - 1, col]:
+                # values[n] is V(obs that followed step n-1): it was inferred before the actor vanished
+                dones[n - 1, col] = True
+                self.truncated[n - 1, col] = True
+                self.next_values[n - 1, col] = self.values[n, col] if self.acted[col] > n else 0.0
+        return {"dones": dones, "valid": self.valid_mask()}

@@ -1,0 +1,239 @@
+"""The messages actors and the learner exchange, as dataclasses, with their encoding and validation.
+
+Data path: Handshake -> Welcome, then StepReport -> Actions repeatedly, Goodbye from either side.
+Weights go out on the publish socket. `decode(frames, expect=...)` checks every field, and every array's
+dtype and shape against what the handshake agreed (an `Expect`), and raises ProtocolError otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from protocol import codec
+from protocol.errors import ProtocolError
+from protocol.spaces import SpaceSpec
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass
+class Handshake:
+    """Actor -> learner: who I am and what I host. env_id/spaces may be None: 'whatever you run'."""
+    num_envs: int
+    name: str = ""
+    env_id: str | None = None
+    obs_space: SpaceSpec | None = None
+    action_space: SpaceSpec | None = None
+    groups: int = 1
+    """env groups stepped alternately (double buffering); each group reports on its own"""
+
+
+@dataclass
+class Welcome:
+    """Learner -> actor: the slots assigned and what the actor needs to build and seed its envs."""
+    actor_id: int
+    slots: list[int]
+    seeds: list[int]
+    env: dict
+    obs_space: SpaceSpec
+    action_space: SpaceSpec
+    run_id: str = ""
+
+
+@dataclass
+class StepReport:
+    """Actor -> learner: one group's envs after a step (or after the first reset, when first=True).
+
+    final_obs holds the last observation of the envs in final_index that were truncated (for
+    bootstrapping); obs then already holds their reset observation.
+    """
+    group: int
+    obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_returns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    episode_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    final_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    final_obs: np.ndarray | None = None
+    first: bool = False
+
+
+@dataclass
+class Actions:
+    """Learner -> actor: the actions for one group, computed with weights `version`."""
+    group: int
+    actions: np.ndarray
+    version: int = 0
+
+
+@dataclass
+class Weights:
+    """Learner -> subscribers: the policy's tensors after update `version`."""
+    version: int
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass
+class Goodbye:
+    reason: str = ""
+
+
+@dataclass
+class Error:
+    reason: str = ""
+
+
+@dataclass
+class Expect:
+    """What a peer agreed to at handshake; decode() checks step reports and actions against it."""
+    group_size: int
+    groups: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    action_shape: tuple[int, ...] = ()
+    action_dtype: str = "int64"
+    max_bytes: int = codec.DEFAULT_MAX_BYTES
+
+
+TYPES = {"handshake": Handshake, "welcome": Welcome, "step": StepReport, "actions": Actions,
+         "weights": Weights, "goodbye": Goodbye, "error": Error}
+NAMES = {cls: name for name, cls in TYPES.items()}
+
+
+def encode(msg) -> list:
+    name = NAMES.get(type(msg))
+    if name is None:
+        raise ProtocolError(f"cannot encode {type(msg).__name__}")
+    if isinstance(msg, StepReport):
+        arrays = {k: getattr(msg, k) for k in ("obs", "rewards", "terminated", "truncated", "episode_returns",
+                                              "episode_lengths", "final_index")}
+        if msg.final_obs is not None:
+            arrays["final_obs"] = msg.final_obs
+        return codec.encode(PROTOCOL_VERSION, name, {"group": msg.group, "first": msg.first}, arrays)
+    if isinstance(msg, Actions):
+        return codec.encode(PROTOCOL_VERSION, name, {"group": msg.group, "version": msg.version},
+                            {"actions": msg.actions})
+    if isinstance(msg, Weights):
+        return codec.encode(PROTOCOL_VERSION, name, {"version": msg.version}, msg.tensors)
+    body = {k: (v.to_dict() if isinstance(v, SpaceSpec) else v) for k, v in vars(msg).items()}
+    return codec.encode(PROTOCOL_VERSION, name, body)
+
+
+def decode(frames: list, expect: Expect | None = None, max_bytes: int = codec.DEFAULT_MAX_BYTES):
+    if not frames:
+        raise ProtocolError("empty message")
+    name, body, specs = codec.decode_header(frames[0], PROTOCOL_VERSION)
+    cls = TYPES.get(name)
+    if cls is None:
+        raise ProtocolError(f"unknown message type {name!r:.40}")
+    arrays = codec.decode_arrays(specs, frames[1:], expect.max_bytes if expect else max_bytes)
+    return _BUILDERS[name](body, arrays, expect)
+
+
+def _get(body: dict, key: str, kind, optional: bool = False):
+    value = body.get(key)
+    if value is None and optional:
+        return None
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise ProtocolError(f"field {key!r} must be {getattr(kind, '__name__', kind)}, got {value!r:.60}")
+    return value
+
+
+def _no_arrays(arrays):
+    if arrays:
+        raise ProtocolError(f"unexpected arrays {sorted(arrays)[:4]}")
+
+
+def _handshake(body, arrays, expect):
+    _no_arrays(arrays)
+    num_envs, groups = _get(body, "num_envs", int), _get(body, "groups", int)
+    if not 1 <= num_envs <= 4096:
+        raise ProtocolError(f"handshake: num_envs must be in [1, 4096], got {num_envs}")
+    if groups not in (1, 2) or num_envs % groups:
+        raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
+    spaces = {k: body.get(k) and SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
+    return Handshake(num_envs=num_envs, name=_get(body, "name", str)[:100], groups=groups,
+                     env_id=_get(body, "env_id", str, optional=True), **spaces)
+
+
+def _welcome(body, arrays, expect):
+    _no_arrays(arrays)
+    slots, seeds = _get(body, "slots", list), _get(body, "seeds", list)
+    if not all(isinstance(x, int) for x in slots + seeds) or len(slots) != len(seeds):
+        raise ProtocolError("welcome: slots and seeds must be int lists of equal length")
+    return Welcome(actor_id=_get(body, "actor_id", int), slots=slots, seeds=seeds, env=_get(body, "env", dict),
+                   obs_space=SpaceSpec.from_dict(body.get("obs_space")),
+                   action_space=SpaceSpec.from_dict(body.get("action_space")), run_id=_get(body, "run_id", str))
+
+
+def _check(arrays, name, dtype, shape):
+    arr = arrays.get(name)
+    if arr is None:
+        raise ProtocolError(f"missing array {name!r}")
+    if arr.dtype.name != dtype:
+        raise ProtocolError(f"array {name!r}: dtype {arr.dtype.name}, expected {dtype}")
+    if shape is not None and tuple(arr.shape) != tuple(shape):
+        raise ProtocolError(f"array {name!r}: shape {tuple(arr.shape)}, expected {tuple(shape)}")
+    return arr
+
+
+def _group(body, expect):
+    group = _get(body, "group", int)
+    if expect is not None and not 0 <= group < expect.groups:
+        raise ProtocolError(f"group {group} out of range [0, {expect.groups})")
+    return group
+
+
+def _step(body, arrays, expect):
+    k = expect.group_size if expect else None
+    obs_shape = (k, *expect.obs_shape) if expect else None
+    obs = _check(arrays, "obs", expect.obs_dtype if expect else arrays.get("obs", np.zeros(0)).dtype.name, obs_shape)
+    k = obs.shape[0] if k is None else k
+    report = StepReport(
+        group=_group(body, expect), obs=obs, first=bool(_get(body, "first", bool)),
+        rewards=_check(arrays, "rewards", "float32", (k,)),
+        terminated=_check(arrays, "terminated", "bool", (k,)),
+        truncated=_check(arrays, "truncated", "bool", (k,)),
+        episode_returns=_check(arrays, "episode_returns", "float64", None),
+        episode_lengths=_check(arrays, "episode_lengths", "int64", None),
+        final_index=_check(arrays, "final_index", "int64", None),
+        final_obs=arrays.get("final_obs"),
+    )
+    n_ep, n_final = len(report.episode_returns), len(report.final_index)
+    if report.episode_returns.ndim != 1 or report.episode_lengths.shape != (n_ep,) or n_ep > k:
+        raise ProtocolError("step: episode_returns and episode_lengths must be 1-D, equal length, at most one per env")
+    if report.final_index.ndim != 1 or n_final > k or (n_final and not (0 <= report.final_index).all()) \
+            or (n_final and not (report.final_index < k).all()):
+        raise ProtocolError("step: final_index must hold env indices within the group")
+    if n_final:
+        _check(arrays, "final_obs", obs.dtype.name, (n_final, *obs.shape[1:]))
+    elif report.final_obs is not None and len(report.final_obs):
+        raise ProtocolError("step: final_obs given without final_index")
+    if not np.isfinite(report.rewards).all():
+        raise ProtocolError("step: rewards must be finite")
+    return report
+
+
+def _actions(body, arrays, expect):
+    shape = (expect.group_size, *expect.action_shape) if expect else None
+    dtype = expect.action_dtype if expect else arrays.get("actions", np.zeros(0)).dtype.name
+    return Actions(group=_group(body, expect), actions=_check(arrays, "actions", dtype, shape),
+                   version=_get(body, "version", int))
+
+
+def _weights(body, arrays, expect):
+    return Weights(version=_get(body, "version", int), tensors=arrays)
+
+
+def _text(cls):
+    def build(body, arrays, expect):
+        _no_arrays(arrays)
+        return cls(reason=_get(body, "reason", str)[:1000])
+    return build
+
+
+_BUILDERS = {"handshake": _handshake, "welcome": _welcome, "step": _step, "actions": _actions,
+             "weights": _weights, "goodbye": _text(Goodbye), "error": _text(Error)}
