@@ -1,0 +1,140 @@
+"""Running statistics for observation normalization and reward scaling (continuous-control details).
+
+All state lives in module buffers, so a parent's state_dict (the checkpoint) carries it.
+Statistics are kept in float64: they accumulate over millions of samples.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and (population) variance over every batch seen, merged with the parallel-variance formula.
+
+    count starts at 1e-4 (as in baselines) so the first merge needs no special case.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-4):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """batch: [B, *shape]; B == 0 is a no-op."""
+        batch = torch.as_tensor(batch).to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
+        if batch.shape[0] == 0:
+            return
+        batch_mean = batch.mean(0)
+        batch_var = batch.var(0, unbiased=False)
+        batch_count = float(batch.shape[0])
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count + delta.pow(2) * self.count * batch_count / total
+        self.mean.add_(delta * batch_count / total)
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+
+class ObsNormalizer(nn.Module):
+    """(obs - mean) / sqrt(var + eps), clipped to [-clip, clip], as float32 on the input's device.
+
+    update() and normalization are separate calls: the caller decides which observations count
+    (e.g. only fresh env observations, never ones replayed during an update).
+    """
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.rms = RunningMeanStd(tuple(shape))
+        self.clip = clip
+        self.eps = eps
+
+    def update(self, batch: torch.Tensor) -> None:
+        self.rms.update(batch)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = torch.as_tensor(obs)
+        mean = self.rms.mean.to(obs.device)
+        std = (self.rms.var.to(obs.device) + self.eps).sqrt()
+        return ((obs.double() - mean) / std).clamp(-self.clip, self.clip).float()
+
+
+class RewardScaler(nn.Module):
+    """Divide rewards by the running std of each env's discounted return, then clip to [-clip, clip].
+
+    Order per step (baselines VecNormalize; gymnasium's NormalizeReward before 1.0):
+        ret = ret * gamma + r          # ret was zeroed after the previous step if that step ended an episode
+        rms.update(ret over the envs)  # so the scale already includes this step
+        scaled = clip(r / sqrt(var + eps))
+        ret[done] = 0                  # done = terminated or truncated: the next step starts a new episode
+    i.e. ret_t = ret_{t-1} * gamma * (1 - done_{t-1}) + r_t. (gymnasium >= 1.0 multiplies by (1 - terminated_t)
+    instead, which drops the last reward's history; we keep the baselines order.)
+    The reward is only scaled, never shifted, so the sign of every reward survives.
+
+    Envs are identified by slot index 0..num_envs-1. When the set of env slots changes (elastic actors),
+    call resize(): existing slots keep their running returns, new ones start at 0. A slot whose env is
+    replaced by a fresh one should be reset(slots). Per-env returns are part of the state_dict, so a
+    restored scaler continues exactly where it stopped (load_state_dict adopts the saved number of slots).
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.gamma = gamma
+        self.clip = clip
+        self.eps = eps
+        self.rms = RunningMeanStd(())
+        self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))
+
+    @property
+    def num_envs(self) -> int:
+        return self.returns.shape[0]
+
+    def resize(self, num_envs: int) -> None:
+        keep = min(num_envs, self.num_envs)
+        fresh = torch.zeros(num_envs, dtype=torch.float64, device=self.returns.device)
+        fresh[:keep] = self.returns[:keep]
+        self.returns = fresh
+
+    def reset(self, slots=None) -> None:
+        """Restart the discounted return of the given slots (all when None)."""
+        if slots is None:
+            self.returns.zero_()
+        else:
+            self.returns[torch.as_tensor(slots, dtype=torch.long, device=self.returns.device)] = 0.0
+
+    @property
+    def std(self) -> float:
+        return float((self.rms.var + self.eps).sqrt())
+
+    @torch.no_grad()
+    def forward(self, rewards: torch.Tensor, dones: torch.Tensor, update: bool = True) -> torch.Tensor:
+        """Scale rewards [N] (one step) or [T, N] (steps in time order) for slots 0..N-1; returns float32.
+
+        dones has the same shape: done[t] means step t ended its episode. With update=False the
+        statistics and returns are left untouched (evaluation).
+        """
+        rewards = torch.as_tensor(rewards)
+        dones = torch.as_tensor(dones)
+        if rewards.dim() == 1:
+            return self(rewards[None], dones[None], update)[0]
+        if rewards.shape[-1] != self.num_envs:
+            raise ValueError(f"RewardScaler: {rewards.shape[-1]} envs in the rewards but {self.num_envs} slots; "
+                             "call resize() when the env set changes")
+        out = torch.empty(rewards.shape, dtype=torch.float32, device=rewards.device)
+        for t in range(rewards.shape[0]):
+            r = rewards[t].to(self.returns.device, torch.float64)
+            if update:
+                ret = self.returns * self.gamma + r
+                self.rms.update(ret)
+                self.returns = ret.masked_fill(dones[t].to(ret.device).bool(), 0.0)
+            scaled = (r / (self.rms.var + self.eps).sqrt()).clamp(-self.clip, self.clip)
+            out[t] = scaled.to(out.device, torch.float32)
+        return out
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        saved = state_dict.get(prefix + "returns")
+        if saved is not None and saved.shape[0] != self.num_envs:
+            self.resize(saved.shape[0])  # adopt the checkpoint's slot count before the strict copy
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
