@@ -1,0 +1,86 @@
+"""Build an actor's environment from the learner's `EnvSettings` (never imports torch)."""
+from __future__ import annotations
+
+import gymnasium as gym
+
+from actor.wrappers import (AgentStepLength, ClipReward, EpisodeStats, EpisodicLife, FireReset,
+                            FrameStack, MaxAndSkip, NoopReset, SeedOnFirstReset, WarpFrame, needs_fire)
+from protocol.settings import EnvSettings
+from protocol.spaces import SpaceSpec
+
+ATARI_DEFAULT_MAX_STEPS = EnvSettings.max_episode_steps
+"""The settings' default limit is meant for Atari; a non-Atari env keeps its own unless told otherwise."""
+
+
+def is_atari(env_id: str) -> bool:
+    """True for ids that get the Atari recipe (same rule as `EnvSettings.is_atari`)."""
+    return EnvSettings(env_id=env_id).is_atari
+
+
+def make_env(settings: EnvSettings, seed: int) -> gym.Env:
+    """Make one environment for an actor, with `info["episode"] = {"r", "l"}` on every game end.
+
+    Atari ids (`settings.is_atari`) get the recipe, innermost first: ALE with frameskip=1, grayscale
+    frames and `repeat_action_probability=settings.sticky_actions`; NoopReset (noop_max > 0);
+    MaxAndSkip (frame_skip > 1); TimeLimit in agent steps (max_episode_steps > 0, which then replaces
+    ALE's own frame limit; 0 keeps ALE's registered limit, 108,000 frames for v5 ids); EpisodeStats;
+    EpisodicLife; FireReset (if enabled and the game uses FIRE); WarpFrame; ClipReward; FrameStack
+    (frame_stack > 1); AgentStepLength (so `l` counts the caller's steps only). Sticky actions 0.25
+    with episodic_life=False is the Machado et al. protocol.
+
+    TimeLimit sits below EpisodicLife so that a truncation ends the game for real (the next reset
+    starts a new game, EpisodeStats reports it); it therefore also counts the few automatic FIRE /
+    no-op steps taken on resets, so a game is cut a handful of agent steps early.
+
+    Any other id is made as registered, with EpisodeStats on top. Its registered time limit is kept
+    unless `max_episode_steps` is > 0 and differs from the Atari default (27,000), which would
+    otherwise cut e.g. CartPole at 27,000 instead of 500 just because the setting was left alone.
+
+    Seeding: the action space is seeded now; the env itself is reset with `seed` on its first
+    reset, whether the caller passes `reset(seed=seed)` or plain `reset()` (make_env does not reset).
+    Later resets are unseeded, so auto-resets continue the seeded random streams.
+    """
+    env = _make_atari(settings) if settings.is_atari else _make_other(settings)
+    env = SeedOnFirstReset(env, seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def _make_atari(s: EnvSettings) -> gym.Env:
+    import ale_py
+    gym.register_envs(ale_py)
+    kwargs = dict(frameskip=1, repeat_action_probability=s.sticky_actions,
+                  full_action_space=s.full_action_space, obs_type="grayscale")
+    if s.max_episode_steps > 0:
+        kwargs["max_num_frames_per_episode"] = 0  # 0 = no ALE limit; TimeLimit below is the one
+    env = gym.make(s.env_id, **kwargs)
+    if s.noop_max > 0:
+        env = NoopReset(env, s.noop_max)
+    if s.frame_skip > 1:
+        env = MaxAndSkip(env, s.frame_skip)
+    if s.max_episode_steps > 0:
+        # Below EpisodicLife, so a truncation is a real game end: the next reset starts a new game.
+        env = gym.wrappers.TimeLimit(env, s.max_episode_steps)
+    env = EpisodeStats(env)
+    if s.episodic_life:
+        env = EpisodicLife(env)
+    if s.fire_reset and needs_fire(env):
+        env = FireReset(env)
+    env = WarpFrame(env, s.resolution)
+    if s.clip_rewards:
+        env = ClipReward(env)
+    if s.frame_stack > 1:
+        env = FrameStack(env, s.frame_stack)
+    return AgentStepLength(env)
+
+
+def _make_other(s: EnvSettings) -> gym.Env:
+    kwargs = {}
+    if s.max_episode_steps > 0 and s.max_episode_steps != ATARI_DEFAULT_MAX_STEPS:
+        kwargs["max_episode_steps"] = s.max_episode_steps
+    return EpisodeStats(gym.make(s.env_id, **kwargs))
+
+
+def describe_spaces(env: gym.Env) -> tuple[SpaceSpec, SpaceSpec]:
+    """(observation spec, action spec) for the handshake; ProtocolError for unsupported spaces."""
+    return SpaceSpec.from_gym(env.observation_space), SpaceSpec.from_gym(env.action_space)
