@@ -116,6 +116,34 @@ class NormalizeConfig:
 
 
 @dataclass
+class LogConfig:
+    keep_checkpoints: int = 3
+    """newest checkpoints kept (plus best.pt, the best by smoothed return)"""
+    tensorboard: bool = True
+    """write TensorBoard event files into RUN_DIR/tb"""
+    track: bool = False
+    """also log to Weights & Biases (needs wandb installed)"""
+    wandb_project: str = "ppo-cluster"
+    """Weights & Biases project name"""
+    progress_bar: bool = True
+    """a live progress bar when stdout is a terminal"""
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0
+    """play evaluation episodes every this many updates (0: no evaluation during training)"""
+    episodes: int = 5
+    """episodes per evaluation"""
+    greedy: bool = False
+    """evaluate with the most likely action instead of sampling"""
+    video_every: int = 0
+    """record a video every this many updates into RUN_DIR/videos (0: never)"""
+    sticky_actions: float = -1.0
+    """evaluation sticky-action probability (-1: same as training)"""
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvSettings = field(default_factory=EnvSettings)
@@ -123,6 +151,8 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     @property
     def num_envs(self) -> int:
@@ -138,7 +168,8 @@ def sections() -> dict[str, type]:
 
 def _resolve(name: str) -> type:
     return {"RunConfig": RunConfig, "EnvSettings": EnvSettings, "ClusterConfig": ClusterConfig,
-            "PPOConfig": PPOConfig, "ModelConfig": ModelConfig, "NormalizeConfig": NormalizeConfig}[name]
+            "PPOConfig": PPOConfig, "ModelConfig": ModelConfig, "NormalizeConfig": NormalizeConfig,
+            "LogConfig": LogConfig, "EvalConfig": EvalConfig}[name]
 
 
 def _field_types(cls) -> dict[str, type]:
@@ -253,6 +284,13 @@ def validate(cfg: Config) -> None:
     _require(cfg.model.kind in ("auto", "cnn", "mlp"), f"model.kind must be auto, cnn or mlp, got {cfg.model.kind!r}")
     _require(cfg.model.hidden >= 1, f"model.hidden must be >= 1, got {cfg.model.hidden}")
     _require(cfg.normalize.clip > 0, f"normalize.clip must be > 0, got {cfg.normalize.clip}")
+    _require(cfg.log.keep_checkpoints >= 1, f"log.keep_checkpoints must be >= 1, got {cfg.log.keep_checkpoints}")
+    ev = cfg.eval
+    for key in ("every", "video_every"):
+        _require(getattr(ev, key) >= 0, f"eval.{key} must be >= 0, got {getattr(ev, key)}")
+    _require(ev.episodes >= 1, f"eval.episodes must be >= 1, got {ev.episodes}")
+    _require(ev.sticky_actions == -1.0 or 0 <= ev.sticky_actions <= 1,
+             f"eval.sticky_actions must be -1 or in [0, 1], got {ev.sticky_actions}")
     _require(bool(e.env_id), "env.env_id must not be empty")
     _require(0 <= e.noop_max <= 1000, f"env.noop_max must be in [0, 1000], got {e.noop_max}")
     _require(1 <= e.frame_skip <= 100, f"env.frame_skip must be in [1, 100], got {e.frame_skip}")
