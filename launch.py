@@ -101,6 +101,14 @@ class Cluster:
         for i in range(self.cfg.cluster.actors):
             self._start_actor(i)
 
+    def _record_pids(self) -> None:
+        """RUN_DIR/processes.json: who is running, for users (and tests) looking for stragglers."""
+        info = {"launch": os.getpid(), "learner": self.learner.pid,
+                "actors": {str(i): p.pid for i, p in self.actors.items()}}
+        tmp = self.run_dir / ".processes.json.tmp"
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, self.run_dir / "processes.json")
+
     def _await_endpoint(self) -> str:
         path, deadline = self.run_dir / "endpoints.json", time.monotonic() + ENDPOINT_TIMEOUT_S
         while time.monotonic() < deadline and self.learner.is_alive() and not self.stopping:
@@ -115,6 +123,7 @@ class Cluster:
             str(self.run_dir / "actors.log")))
         proc.start()
         self.actors[i] = proc
+        self._record_pids()
 
     def supervise(self) -> int:
         backoff_until: dict[int, float] = {}

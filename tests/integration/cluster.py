@@ -1,0 +1,73 @@
+"""Helpers for tests that start real clusters: bounded waits, and no process left behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
+
+
+def run_launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = launch(*args)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, _ = proc.communicate()
+        raise AssertionError(f"launch.py {' '.join(args)} did not finish in {timeout}s:\n{out[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, interval: float = 0.1):
+    """Poll a condition until it holds; fail (naming it) at the deadline or if proc exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def run_pids(run_dir: Path) -> list[int]:
+    info = json.loads((Path(run_dir) / "processes.json").read_text())
+    return [info["launch"], info["learner"], *info["actors"].values()]
+
+
+def assert_no_stragglers(run_dir: Path, timeout: float = 10) -> None:
+    pids = run_pids(run_dir)
+    wait_for(lambda: not any(alive(p) for p in pids), timeout, f"processes {pids} to exit")
