@@ -38,11 +38,17 @@ class EpisodeStats:
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     lengths: deque = field(default_factory=lambda: deque(maxlen=100))
     count: int = 0
+    new: list = field(default_factory=list)  # (return, length) finished since the last take_new()
 
     def add(self, ret: float, length: int) -> None:
         self.returns.append(ret)
         self.lengths.append(length)
+        self.new.append((ret, length))
         self.count += 1
+
+    def take_new(self) -> list:
+        new, self.new = self.new, []
+        return new
 
 
 class Collector:
@@ -113,9 +119,7 @@ class Collector:
         if in_rollout:  # T steps done: this obs bootstraps the rollout and starts the next one
             for col, obs in zip(buf.columns(slots), item.obs):
                 buf.bootstrap_obs[col] = torch.from_numpy(obs)
-        self._count_episodes([item])
-        item.episodes = []
-        self.parked[key] = item
+        self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
 
     def _infer(self) -> None:
         if not self.waiting or self.buffer is None:

@@ -124,6 +124,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     generator = torch.Generator(device=device)
     generator.manual_seed(r.seed + 1 + state["update"])
     metrics = MetricsWriter(run_dir)
+    episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
     min_envs = cfg.cluster.min_envs or cfg.num_envs
     publisher.publish(model, state["version"])
     started, steps_at_start, last_saved = time.monotonic(), state["env_steps"], state["update"]
@@ -179,6 +180,9 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
                 "events": gateway.events,
             })
             gateway.events = []
+            for ret, length in ep.take_new():
+                episodes_file.write(json.dumps({"update": state["update"], "env_steps": state["env_steps"],
+                                                "return": ret, "length": length}) + "\n")
             if state["update"] % r.checkpoint_every == 0:
                 save_checkpoint()
                 last_saved = state["update"]
@@ -187,6 +191,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
             log.info("final checkpoint %s", path)
     finally:
         metrics.close()
+        episodes_file.close()
         gateway.close()
         publisher.close()
         ctx.term()

@@ -72,10 +72,10 @@ class RolloutBuffer:
         """Fill next_values with value_fn (a batched V) and cut dead columns; returns dones and valid."""
         self.next_values[:-1] = self.values[1:]
         extra_obs, targets = [], []
-        for col, obs in self.bootstrap_obs.items():
+        for col, obs in sorted(self.bootstrap_obs.items()):  # sorted: arrival order must not matter
             extra_obs.append(obs)
             targets.append((self.T - 1, col))
-        for (t, col), obs in self.final_obs.items():
+        for (t, col), obs in sorted(self.final_obs.items()):
             extra_obs.append(obs)
             targets.append((t, col))
         if extra_obs:
