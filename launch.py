@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deterministic", action="store_true", help="reproducible metrics on CPU (run.deterministic)")
     p.add_argument("--collect-only", action="store_true", help="no gradient updates: measure collection")
     p.add_argument("--random-policy", action="store_true", help="uniform random actions instead of the network")
+    p.add_argument("--track", action="store_true",
+                   help="also log to Weights & Biases (log.track; project log.wandb_project; needs wandb)")
     p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
     return p
 
@@ -56,6 +58,8 @@ def resolve_config(args) -> tuple[Config, Path]:
              "run.total_steps": args.total_steps, "run.device": args.device, "run.seed": args.seed}
     overrides += [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     overrides += [f"run.{k}=true" for k in ("deterministic", "collect_only", "random_policy") if getattr(args, k)]
+    if args.track:
+        overrides.append("log.track=true")
     if args.resume:
         run_dir = Path(args.resume)
         saved = run_dir / "config.toml"
@@ -74,11 +78,25 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool) -> None:
     sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume))
 
 
-def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str) -> None:
+def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
+                  keys: tuple[str, str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actor.runner import ActorOptions, run
-    sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid)))
+    curve = None
+    if keys:
+        from protocol.security import ClientKeys
+        curve = ClientKeys.load(*keys)
+    sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
+                              curve=curve)))
+
+
+def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by the launcher (SIGTERM) once the learner is gone
+    logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from learner.eval_worker import run
+    sys.exit(run(from_dict(cfg_dict), run_dir, parent_pid))
 
 
 class Cluster:
@@ -88,6 +106,7 @@ class Cluster:
         self.ctx = mp.get_context("spawn")
         self.learner = None
         self.actors: dict[int, mp.Process] = {}
+        self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
         self.restarts: dict[int, int] = {}
         self.stopping = False
         self.address = ""
@@ -100,11 +119,18 @@ class Cluster:
         self.address = self._await_endpoint()
         for i in range(self.cfg.cluster.actors):
             self._start_actor(i)
+        if self.cfg.eval.every > 0:
+            self.evaluator = self.ctx.Process(target=eval_process, name="evaluator", daemon=False,
+                                              args=(self.cfg.to_dict(), str(self.run_dir), os.getpid()))
+            self.evaluator.start()
+            self._record_pids()
 
     def _record_pids(self) -> None:
         """RUN_DIR/processes.json: who is running, for users (and tests) looking for stragglers."""
         info = {"launch": os.getpid(), "learner": self.learner.pid,
                 "actors": {str(i): p.pid for i, p in self.actors.items()}}
+        if self.evaluator is not None:
+            info["evaluator"] = self.evaluator.pid
         tmp = self.run_dir / ".processes.json.tmp"
         tmp.write_text(json.dumps(info))
         os.replace(tmp, self.run_dir / "processes.json")
@@ -120,10 +146,15 @@ class Cluster:
     def _start_actor(self, i: int) -> None:
         proc = self.ctx.Process(target=actor_process, name=f"actor-{i}", daemon=False, args=(
             self.address, self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
-            str(self.run_dir / "actors.log")))
+            str(self.run_dir / "actors.log"), self._actor_keys()))
         proc.start()
         self.actors[i] = proc
         self._record_pids()
+
+    def _actor_keys(self) -> tuple[str, str] | None:
+        """Our own actors' CURVE keys: their secret key, and the learner's public key (read from its cert)."""
+        c = self.cfg.cluster
+        return (c.client_key, c.server_key) if c.client_key else None
 
     def supervise(self) -> int:
         backoff_until: dict[int, float] = {}
@@ -157,6 +188,8 @@ class Cluster:
 
     def _shutdown(self) -> int:
         code = self.learner.exitcode
+        if self.evaluator is not None:
+            self.evaluator.terminate()
         if code != 0:
             log.error("the learner exited with code %s; stopping the actors", code)
         deadline = time.monotonic() + 10.0
@@ -166,6 +199,11 @@ class Cluster:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        if self.evaluator is not None:  # SIGTERMed on entry: mid-evaluation perhaps, it drops a half-written video
+            self.evaluator.join(max(deadline - time.monotonic(), 2.0))
+            if self.evaluator.is_alive():
+                self.evaluator.kill()
+                self.evaluator.join()
         return 0 if code == 0 else 1
 
     def request_stop(self, *_):

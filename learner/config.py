@@ -55,6 +55,12 @@ class ClusterConfig:
     """an actor silent for this long while it owes a step report is retired"""
     max_message_mb: int = 64
     """largest message accepted on a socket"""
+    server_key: str = ""
+    """CURVE: the learner's secret key file (required to bind beyond loopback)"""
+    allowed_keys: str = ""
+    """CURVE: directory of the public keys of actors allowed in"""
+    client_key: str = ""
+    """CURVE: secret key file launch.py's own actors use (its public key must be in allowed_keys)"""
 
 
 @dataclass
@@ -265,6 +271,13 @@ def validate(cfg: Config) -> None:
         _require(addr.startswith(("tcp://", "ipc://")), f"cluster.{key} must start with tcp:// or ipc://, got {addr!r}")
     _require(c.address != c.weights_address or c.address.endswith(":0"),
              "cluster.address and cluster.weights_address must differ")
+    _require(bool(c.server_key) == bool(c.allowed_keys), "cluster.server_key and cluster.allowed_keys go together")
+    _require(not c.client_key or bool(c.server_key), "cluster.client_key needs cluster.server_key")
+    if not c.server_key:
+        from protocol.security import is_loopback
+        for key in ("address", "weights_address"):
+            _require(is_loopback(getattr(c, key)), f"cluster.{key} {getattr(c, key)!r} is beyond loopback: binding "
+                     "there requires CURVE keys (cluster.server_key, cluster.allowed_keys; see the README)")
     _require(c.min_envs >= 0, f"cluster.min_envs must be >= 0, got {c.min_envs}")
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")

@@ -71,6 +71,8 @@ class Gateway:
             msg = m.decode(frames[1:], expect=entry.expect if entry else None, max_bytes=self.max_bytes)
         except ProtocolError as exc:
             return self._reject(identity, entry, str(exc))
+        except Exception as exc:  # a decoder bug must cost one message, never the learner
+            return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
         if isinstance(msg, m.Handshake):
             if entry is not None:
                 self.retire(entry, "handshook again (restarted)")

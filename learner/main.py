@@ -22,6 +22,7 @@ from learner.collector import Collector
 from learner.config import Config
 from learner.gae import compute_gae
 from learner.gateway import Gateway
+from learner.evaluate import broadcast_state
 from learner.metrics import MetricsWriter, setup_logging
 from learner.model import build_model
 from learner.normalize import ObsNormalizer, RewardScaler
@@ -104,13 +105,19 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
         payload = {"model": model.state_dict(), "updater": updater.state_dict(), "config": cfg.to_dict(), **state,
                    "obs_norm": obs_norm.state_dict() if obs_norm else {},
                    "reward_scaler": reward_scaler.state_dict() if reward_scaler else {}}
-        return checkpoint.save(run_dir, state["update"], payload)
+        return checkpoint.save(run_dir, state["update"], payload, keep=cfg.log.keep_checkpoints,
+                               score=metrics.score())
 
     ctx = zmq.Context()
+    curve = None
+    if cfg.cluster.server_key:
+        from protocol.security import ServerKeys
+        curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
+        curve.start_authenticator(ctx)
     run_id = uuid.uuid4().hex[:12]
     gateway = Gateway(ctx, cfg.cluster.address, cfg.env, obs_space, action_space, r.seed, state["update"], run_id,
-                      cfg.cluster.max_message_mb << 20)
-    publisher = WeightPublisher(ctx, cfg.cluster.weights_address)
+                      cfg.cluster.max_message_mb << 20, curve=curve)
+    publisher = WeightPublisher(ctx, cfg.cluster.weights_address, curve=curve)
     write_endpoints(run_dir, {"address": gateway.endpoint, "weights_address": publisher.endpoint,
                               "pid": os.getpid(), "run_id": run_id})
     log.info("learner on %s (weights on %s), device %s, model %s", gateway.endpoint, publisher.endpoint, device,
@@ -123,10 +130,11 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     collector.version = state["version"]
     generator = torch.Generator(device=device)
     generator.manual_seed(r.seed + 1 + state["update"])
-    metrics = MetricsWriter(run_dir)
+    metrics = MetricsWriter(run_dir, cfg)
     episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
     min_envs = cfg.cluster.min_envs or cfg.num_envs
-    publisher.publish(model, state["version"])
+    weights = broadcast_state(model, obs_norm)  # the model, plus obs-normalizer stats for the eval worker
+    publisher.publish(weights, state["version"])
     started, steps_at_start, last_saved = time.monotonic(), state["env_steps"], state["update"]
     try:
         while state["env_steps"] < r.total_steps and not stop():
@@ -156,7 +164,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
                 stats = updater.update(batch, state["update"], generator)
             state["version"] += 1
             collector.version = state["version"]
-            publisher.publish(model, state["version"])
+            publisher.publish(weights, state["version"])
             collector.forgive_pause()
             now = time.monotonic()
             state["elapsed_s"] += now - t0
@@ -175,7 +183,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
                 "elapsed_s": state["elapsed_s"], "collect_s": t1 - t0, "update_s": now - t1,
                 "progress": min(state["env_steps"] / r.total_steps, 1.0),
                 "eta_s": max(r.total_steps - state["env_steps"], 0) / max(rate, 1e-9),
-                "rejected_messages": gateway.rejected, "kl_beta": stats.get("kl_beta"),
+                "rejected_messages": gateway.rejected, "dropped_samples": buf.T * buf.N - n_valid, "kl_beta": stats.get("kl_beta"),
                 "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
                 "events": gateway.events,
             })
@@ -194,6 +202,8 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
         episodes_file.close()
         gateway.close()
         publisher.close()
+        if curve is not None:
+            curve.stop()  # before term(): the authenticator's sockets would block it
         ctx.term()
     log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
     return 0

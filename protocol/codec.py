@@ -5,6 +5,8 @@ their raw C-contiguous bytes; dtype and shape come from the header. Nothing is e
 """
 from __future__ import annotations
 
+import math
+
 import msgpack
 import numpy as np
 
@@ -23,7 +25,11 @@ def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray
     """Build the frames of one message; array frames are zero-copy views where possible."""
     specs, frames = [], []
     for name, arr in (arrays or {}).items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr)
+        if not arr.dtype.isnative:  # the wire is native-endian; the header names no byte order
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
         if arr.dtype.name not in ALLOWED_DTYPES:
             raise ProtocolError(f"cannot send array {name!r}: dtype {arr.dtype} is not allowed")
         specs.append([name, arr.dtype.name, list(arr.shape)])
@@ -71,7 +77,9 @@ def decode_arrays(specs: list, frames: list, max_bytes: int = DEFAULT_MAX_BYTES)
             raise ProtocolError(f"array {name!r}: dtype {dtype!r} is not allowed")
         if len(shape) > MAX_DIMS or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise ProtocolError(f"array {name!r}: invalid shape {shape!r:.80}")
-        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if math.prod(max(d, 1) for d in shape) > max_bytes:  # plain ints: no overflow on hostile shapes
+            raise ProtocolError(f"message exceeds the {max_bytes}-byte limit")
+        expected = math.prod(shape) * np.dtype(dtype).itemsize
         total += expected
         if total > max_bytes:
             raise ProtocolError(f"message exceeds the {max_bytes}-byte limit")

@@ -154,7 +154,7 @@ def _handshake(body, arrays, expect):
         raise ProtocolError(f"handshake: num_envs must be in [1, 4096], got {num_envs}")
     if groups not in (1, 2) or num_envs % groups:
         raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
-    spaces = {k: body.get(k) and SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
+    spaces = {k: None if body.get(k) is None else SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
     return Handshake(num_envs=num_envs, name=_get(body, "name", str)[:100], groups=groups,
                      env_id=_get(body, "env_id", str, optional=True), **spaces)
 
@@ -191,6 +191,8 @@ def _step(body, arrays, expect):
     k = expect.group_size if expect else None
     obs_shape = (k, *expect.obs_shape) if expect else None
     obs = _check(arrays, "obs", expect.obs_dtype if expect else arrays.get("obs", np.zeros(0)).dtype.name, obs_shape)
+    if obs.ndim == 0:
+        raise ProtocolError("array 'obs': needs a leading env dimension")
     k = obs.shape[0] if k is None else k
     report = StepReport(
         group=_group(body, expect), obs=obs, first=bool(_get(body, "first", bool)),
@@ -202,6 +204,8 @@ def _step(body, arrays, expect):
         final_index=_check(arrays, "final_index", "int64", None),
         final_obs=arrays.get("final_obs"),
     )
+    if min(report.episode_returns.ndim, report.episode_lengths.ndim, report.final_index.ndim) == 0:
+        raise ProtocolError("step: episode_returns, episode_lengths and final_index must be 1-D")
     n_ep, n_final = len(report.episode_returns), len(report.final_index)
     if report.episode_returns.ndim != 1 or report.episode_lengths.shape != (n_ep,) or n_ep > k:
         raise ProtocolError("step: episode_returns and episode_lengths must be 1-D, equal length, at most one per env")
@@ -210,7 +214,7 @@ def _step(body, arrays, expect):
         raise ProtocolError("step: final_index must hold env indices within the group")
     if n_final:
         _check(arrays, "final_obs", obs.dtype.name, (n_final, *obs.shape[1:]))
-    elif report.final_obs is not None and len(report.final_obs):
+    elif report.final_obs is not None and (report.final_obs.ndim == 0 or len(report.final_obs)):
         raise ProtocolError("step: final_obs given without final_index")
     if not np.isfinite(report.rewards).all():
         raise ProtocolError("step: rewards must be finite")

@@ -45,7 +45,7 @@ class SpaceSpec:
             return cls(kind=data["kind"], shape=tuple(data["shape"]), dtype=str(data["dtype"]),
                        n=int(data["n"]), low=[float(x) for x in data["low"]],
                        high=[float(x) for x in data["high"]])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ProtocolError(f"space: malformed description ({exc!r})") from None
 
     @classmethod

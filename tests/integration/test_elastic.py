@@ -1,0 +1,135 @@
+"""Actors come and go, keys keep strangers out: real processes, real sockets, kill -9."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from protocol.security import generate_keypair
+from tests.integration.cluster import ROOT, alive, kill_group, launch, metrics, wait_for
+
+pytestmark = pytest.mark.integration
+SMOKE = ("--config", "configs/smoke.toml", "--total-steps", "10000000")
+
+
+def start_actor(address: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "actor", "--learner", address, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def endpoints(run_dir):
+    path = run_dir / "endpoints.json"
+    return path.exists() and json.loads(path.read_text())
+
+
+def stop(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    return out
+
+
+def test_only_allowed_keys_join_and_a_joiner_widens_the_rollout(tmp_path):
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    allowed.mkdir()
+    _, learner_secret = generate_keypair(keys, "learner")
+    own_public, own_secret = generate_keypair(keys, "own")
+    extra_public, extra_secret = generate_keypair(keys, "extra")
+    _, stranger_secret = generate_keypair(keys, "stranger")
+    for pub in (own_public, extra_public):
+        (allowed / pub.name).write_text(pub.read_text())
+    run_dir = tmp_path / "curve"
+    proc = launch(*SMOKE, "--run-dir", str(run_dir), "--actors", "1", "--set", f"cluster.server_key='{learner_secret}'",
+                  "--set", f"cluster.allowed_keys='{allowed}'", "--set", f"cluster.client_key='{own_secret}'")
+    extra = None
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 90, "two updates with the keyed actor", proc)
+        stranger = start_actor(address, "--envs", "3", "--reconnect-s", "0", "--join-timeout-s", "3",
+                               "--server-key", str(learner_secret), "--key", str(stranger_secret))
+        out, _ = stranger.communicate(timeout=30)
+        assert stranger.returncode == 1 and "no answer" in out, out
+        plain = start_actor(address, "--envs", "3", "--reconnect-s", "0", "--join-timeout-s", "3")
+        out, _ = plain.communicate(timeout=30)
+        assert plain.returncode == 1, out
+        assert all(r["env_slots"] == 2 for r in metrics(run_dir)), "a stranger's envs entered a rollout"
+        extra = start_actor(address, "--envs", "3", "--name", "extra", "--server-key", str(learner_secret),
+                            "--key", str(extra_secret))
+        wider = wait_for(lambda: [r for r in metrics(run_dir) if r["env_slots"] == 5], 90, "a wider rollout", proc)
+        assert wider[0]["actors"] == 2
+        assert any("extra joined" in e for r in metrics(run_dir) for e in r["events"])
+    finally:
+        if extra is not None:
+            kill_group(extra)
+        assert stop(proc) is not None
+    assert proc.returncode == 0
+
+
+def test_kill_actor_mid_rollout_training_goes_on_and_it_is_restarted(tmp_path):
+    run_dir = tmp_path / "killactor"
+    proc = launch(*SMOKE, "--run-dir", str(run_dir), "--set", "cluster.actor_timeout_s=2")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 90, "two updates", proc)
+        victim = json.loads((run_dir / "processes.json").read_text())["actors"]["0"]
+        os.kill(victim, signal.SIGKILL)
+        killed_at = metrics(run_dir)[-1]["update"]
+        rejoined = wait_for(lambda: [r for r in metrics(run_dir) if r["update"] > killed_at and r["actors"] == 2
+                                     and r["env_slots"] == 4], 90, "the restarted actor back in a rollout", proc)
+        after = [r for r in metrics(run_dir) if killed_at < r["update"] <= rejoined[0]["update"]]
+        left = [e for r in after for e in r["events"] if "left" in e]
+        assert left and "actor-0" in left[0], left
+        assert not alive(victim)
+        # the rollout the victim died in kept only its completed steps: the rest were dropped, not trained on
+        cut = [r for r in after if r["dropped_samples"] > 0]
+        assert cut, "no rollout lost the dead actor's missing steps"
+        for r in cut:
+            assert r["env_steps"] - prev_steps(run_dir, r["update"]) == r["env_slots"] * 16 - r["dropped_samples"]
+    finally:
+        out = stop(proc)
+    assert "restarting actor-0" in out
+    assert proc.returncode == 0
+
+
+def prev_steps(run_dir, update: int) -> int:
+    previous = [r["env_steps"] for r in metrics(run_dir) if r["update"] == update - 1]
+    return previous[0] if previous else 0
+
+
+def test_kill_learner_then_resume_continues_and_actors_reconnect(tmp_path):
+    run_dir = tmp_path / "resume"
+    address = f"ipc://{tmp_path}/learner.sock"
+    args = (*SMOKE, "--run-dir", str(run_dir), "--actors", "1", "--set", f"cluster.address='{address}'",
+            "--set", f"cluster.weights_address='ipc://{tmp_path}/weights.sock'", "--set", "run.checkpoint_every=1")
+    proc = launch(*args)
+    standalone = None
+    try:
+        wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)
+        standalone = start_actor(address, "--envs", "2", "--name", "standalone", "--reconnect-s", "120")
+        wait_for(lambda: any(r["actors"] == 2 for r in metrics(run_dir)), 90, "the standalone actor in a rollout", proc)
+        learner = json.loads((run_dir / "processes.json").read_text())["learner"]
+        os.kill(learner, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 1, "the launcher reports a dead learner"
+        before = metrics(run_dir)[-1]["update"]
+        ckpt = max(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("ckpt_*.pt"))
+        assert standalone.poll() is None, "a standalone actor waits for the learner to come back"
+        proc = launch("--resume", str(run_dir), "--actors", "1")
+        resumed = wait_for(lambda: [r for r in metrics(run_dir)[before:] if r["actors"] == 2], 120,
+                           "a resumed update that includes the reconnected standalone actor", proc)
+        updates = [r["update"] for r in metrics(run_dir)]
+        assert ckpt <= before
+        assert updates[:before] == list(range(1, before + 1))
+        assert updates[before] == ckpt + 1, "the update count continues from the checkpoint"
+        assert resumed[0]["update"] > ckpt
+        assert "resumed from" in (run_dir / "learner.log").read_text()
+    finally:
+        if standalone is not None:
+            kill_group(standalone)
+        stop(proc)

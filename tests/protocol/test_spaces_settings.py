@@ -1,0 +1,102 @@
+"""SpaceSpec and EnvSettings as they cross the wire: round trips, and ProtocolError for anything malformed."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from protocol.errors import ProtocolError
+from protocol.settings import EnvSettings
+from protocol.spaces import SpaceSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def good(**overrides) -> dict:
+    data = {"kind": "box", "shape": [3, 4], "dtype": "float32", "n": 0, "low": [-1.0] * 12, "high": [1.0] * 12}
+    data.update(overrides)
+    return data
+
+
+@pytest.mark.parametrize("spec", [
+    SpaceSpec(kind="discrete", n=18),
+    SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8"),
+    SpaceSpec(kind="box", shape=(3,), dtype="float64", low=[-1.0, float("-inf"), 0.0], high=[1.0, float("inf"), 2.5]),
+], ids=["discrete", "image", "vector"])
+def test_space_round_trips_through_msgpack(spec):
+    data = msgpack.unpackb(msgpack.packb(spec.to_dict()))
+    back = SpaceSpec.from_dict(data)
+    assert back == spec and isinstance(back.shape, tuple)
+
+
+def test_space_size():
+    assert SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8").size == 4 * 84 * 84
+    assert SpaceSpec(kind="discrete", n=3).size == 1
+
+
+@pytest.mark.parametrize("data,match", [
+    (None, "space: expected a map, got NoneType"),
+    ([["kind", "box"]], "space: expected a map, got list"),
+    ("box", "space: expected a map, got str"),
+    (7, "space: expected a map, got int"),
+    ({}, "space: malformed description"),
+    ({k: v for k, v in good().items() if k != "shape"}, "space: malformed description"),
+    ({k: v for k, v in good().items() if k != "high"}, "space: malformed description"),
+    (good(kind="tuple"), "unknown kind 'tuple'"),
+    (good(kind=None), "unknown kind None"),
+    (good(kind=["box"]), "unknown kind ['box']"),
+    (good(shape=5), "space: malformed description"),
+    (good(shape=None), "space: malformed description"),
+    (good(shape=[3, 0]), "non-positive dimension"),
+    (good(shape=[-3]), "non-positive dimension"),
+    (good(shape=["x"]), "space: malformed description"),
+    (good(shape=[[3]]), "space: malformed description"),
+    (good(shape=[float("nan")]), "space: malformed description"),
+    (good(n="many"), "space: malformed description"),
+    (good(n=None), "space: malformed description"),
+    (good(low=5.0), "space: malformed description"),
+    (good(low=["low"]), "space: malformed description"),
+    (good(high=[None]), "space: malformed description"),
+    (good(kind="discrete", n=0), "discrete space needs n > 0"),
+    (good(kind="discrete", n=-2), "discrete space needs n > 0"),
+])
+def test_malformed_space(data, match):
+    with pytest.raises(ProtocolError, match=re.escape(match)):
+        SpaceSpec.from_dict(data)
+
+
+@pytest.mark.parametrize("data", [good(kind="discrete", n=float("inf")), good(shape=[float("inf")]),
+                                  good(shape=[2, float("-inf")])], ids=["n", "shape", "negative-shape"])
+def test_space_with_infinite_integers(data):
+    with pytest.raises(ProtocolError, match="space: "):
+        SpaceSpec.from_dict(data)
+
+
+def test_settings_round_trip_through_msgpack():
+    settings = EnvSettings(env_id="CartPole-v1", frame_stack=1, sticky_actions=0.25, max_episode_steps=0)
+    assert EnvSettings.from_dict(msgpack.unpackb(msgpack.packb(settings.to_dict()))) == settings
+
+
+def test_settings_accept_a_subset_of_keys():
+    assert EnvSettings.from_dict({"noop_max": 0}) == EnvSettings(noop_max=0)
+    assert EnvSettings.from_dict({}) == EnvSettings()
+
+
+@pytest.mark.parametrize("data,bad", [({"bogus": 1}, "['bogus']"), ({"env_id": "X", "frame_skip": 4, "zz": 0, "aa": 1},
+                                                                     "['aa', 'zz']"),
+                                      ({"Frame_skip": 4}, "['Frame_skip']")])
+def test_settings_with_an_unknown_key(data, bad):
+    with pytest.raises(ProtocolError, match=re.escape(f"env settings: unknown key(s) {bad}")):
+        EnvSettings.from_dict(data)
+
+
+def test_protocol_imports_neither_torch_nor_gymnasium():
+    code = ("import protocol, protocol.messages, protocol.transport, sys; "
+            "bad = sorted(m for m in ('torch', 'gymnasium') if m in sys.modules); "
+            "assert not bad, bad")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
