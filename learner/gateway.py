@@ -65,6 +65,7 @@ class Gateway:
     def _admit(self, frames) -> Incoming | None:
         identity = bytes(frames[0])
         if identity in self.registry.banned:
+            self.rejected += 1  # counted, not logged: the ban was logged once
             return None
         entry = self.registry.get(identity)
         try:
