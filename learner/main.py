@@ -77,8 +77,10 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     setup_logging(run_dir)
     stop = Stop()
     r, p = cfg.run, cfg.ppo
-    if r.torch_threads:
-        torch.set_num_threads(r.torch_threads)
+    # While collecting, the actors need the cores and the learner's ops are small: one thread avoids
+    # OpenMP threads spinning against the actors. The update gets them all (actors wait then anyway).
+    update_threads = r.torch_threads or torch.get_num_threads()
+    torch.set_num_threads(1)
     if r.deterministic:
         torch.use_deterministic_algorithms(True)
     torch.manual_seed(r.seed)
@@ -162,7 +164,9 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
             if not r.collect_only:
                 batch = {"obs": buf.obs[valid], "actions": buf.actions[valid], "logprobs": buf.logprobs[valid],
                          "values": buf.values[valid], "advantages": advantages[valid], "returns": returns[valid]}
+                torch.set_num_threads(update_threads)
                 stats = updater.update(batch, state["update"], generator)
+                torch.set_num_threads(1)
             state["version"] += 1
             collector.version = state["version"]
             publisher.publish(weights, state["version"])
