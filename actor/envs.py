@@ -17,7 +17,7 @@ def is_atari(env_id: str) -> bool:
     return EnvSettings(env_id=env_id).is_atari
 
 
-def make_env(settings: EnvSettings, seed: int) -> gym.Env:
+def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -> gym.Env:
     """Make one environment for an actor, with `info["episode"] = {"r", "l"}` on every game end.
 
     Atari ids (`settings.is_atari`) get the recipe, innermost first: ALE with frameskip=1, grayscale
@@ -39,21 +39,24 @@ def make_env(settings: EnvSettings, seed: int) -> gym.Env:
     Seeding: the action space is seeded now; the env itself is reset with `seed` on its first
     reset, whether the caller passes `reset(seed=seed)` or plain `reset()` (make_env does not reset).
     Later resets are unseeded, so auto-resets continue the seeded random streams.
+
+    render_mode is passed to gymnasium.make ("rgb_array": `env.render()` returns the full-colour frame,
+    for Atari the 210x160 screen, whatever the observation preprocessing).
     """
-    env = _make_atari(settings) if settings.is_atari else _make_other(settings)
+    env = _make_atari(settings, render_mode) if settings.is_atari else _make_other(settings, render_mode)
     env = SeedOnFirstReset(env, seed)
     env.action_space.seed(seed)
     return env
 
 
-def _make_atari(s: EnvSettings) -> gym.Env:
+def _make_atari(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
     import ale_py
     gym.register_envs(ale_py)
     kwargs = dict(frameskip=1, repeat_action_probability=s.sticky_actions,
                   full_action_space=s.full_action_space, obs_type="grayscale")
     if s.max_episode_steps > 0:
         kwargs["max_num_frames_per_episode"] = 0  # 0 = no ALE limit; TimeLimit below is the one
-    env = gym.make(s.env_id, **kwargs)
+    env = gym.make(s.env_id, render_mode=render_mode, **kwargs)
     if s.noop_max > 0:
         env = NoopReset(env, s.noop_max)
     if s.frame_skip > 1:
@@ -74,11 +77,11 @@ def _make_atari(s: EnvSettings) -> gym.Env:
     return AgentStepLength(env)
 
 
-def _make_other(s: EnvSettings) -> gym.Env:
+def _make_other(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
     kwargs = {}
     if s.max_episode_steps > 0 and s.max_episode_steps != ATARI_DEFAULT_MAX_STEPS:
         kwargs["max_episode_steps"] = s.max_episode_steps
-    return EpisodeStats(gym.make(s.env_id, **kwargs))
+    return EpisodeStats(gym.make(s.env_id, render_mode=render_mode, **kwargs))
 
 
 def describe_spaces(env: gym.Env) -> tuple[SpaceSpec, SpaceSpec]:

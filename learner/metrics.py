@@ -1,13 +1,20 @@
 """What the learner tells the user: one line per update (stdout and learner.log), one JSON object per
 update in metrics.jsonl. Timing fields (sps, elapsed_s, eta_s) are the only ones that vary run to run.
+
+With a config, MetricsWriter also feeds the sinks in learner/sinks.py (TensorBoard, Weights & Biases),
+merges the newest evaluation result from RUN_DIR/eval.jsonl into each record (when evaluation runs), and
+keeps a live progress bar on a terminal (a single carriage-return line on stdout, never in learner.log).
 """
 from __future__ import annotations
 
 import json
 import logging
 import math
+import shutil
 import sys
 from pathlib import Path
+
+from learner.sinks import build_sinks
 
 log = logging.getLogger("learner")
 
@@ -22,9 +29,91 @@ def setup_logging(run_dir: Path) -> None:
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
-    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / "learner.log")):
+    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / "learner.log")):
         handler.setFormatter(fmt)
         root.addHandler(handler)
+
+
+class ProgressBar:
+    """One live line at the bottom of a terminal: redrawn in place with a carriage return."""
+
+    def __init__(self, stream, columns: int | None = None):
+        self.stream, self.columns, self.text = stream, columns, ""
+
+    def render(self, r: dict, width: int) -> str:
+        progress = min(max(r.get("progress") or 0.0, 0.0), 1.0)
+        filled = int(round(progress * 20))
+        total = r["env_steps"] / progress if progress > 0 else 0
+        text = (f"[{'#' * filled}{'.' * (20 - filled)}] {progress * 100:5.1f}% "
+                f"{_si(r['env_steps'])}/{_si(total)} steps | update {r['update']} | {r.get('sps', 0):,.0f} sps")
+        if r.get("episode_return_mean") is not None:
+            text += f" | return {r['episode_return_mean']:.2f}"
+        text += f" | eta {_fmt_duration(r.get('eta_s'))}"
+        return text[:max(width - 1, 10)]
+
+    def width(self) -> int:
+        return self.columns or shutil.get_terminal_size((100, 20)).columns
+
+    def update(self, record: dict) -> None:
+        self.text = self.render(record, self.width())
+        self.draw()
+
+    def draw(self) -> None:
+        if self.text:
+            self.stream.write("\r" + self.text + "\x1b[K")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.text:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.clear()
+        self.text = ""
+
+
+_bar: ProgressBar | None = None  # the live bar, if any: console log lines are printed above it
+
+
+class _ConsoleHandler(logging.StreamHandler):
+    """stdout log lines that step around the progress bar: clear it, print the line, draw it again."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        bar = _bar if _bar is not None and _bar.stream is self.stream else None
+        if bar is not None:
+            bar.clear()
+        super().emit(record)
+        if bar is not None:
+            bar.draw()
+
+
+class EvalReader:
+    """Follows RUN_DIR/eval.jsonl (written by the eval worker): remembers its offset, reads only whole lines."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.latest = Path(path), 0, None
+
+    def poll(self) -> dict | None:
+        """The newest evaluation result so far, or None before the first."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return self.latest
+        end = data.rfind(b"\n")
+        if end < 0:
+            return self.latest  # nothing, or half a line still being written
+        for line in data[:end].splitlines():
+            try:
+                result = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(result, dict) and "eval_return_mean" in result:
+                self.latest = result
+        self.offset += end + 1
+        return self.latest
 
 
 def _clean(value):
@@ -42,16 +131,56 @@ def _fmt_duration(seconds: float | None) -> str:
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / "metrics.jsonl"
+    """metrics.jsonl plus, given the run's config, the sinks, the eval results and the progress bar."""
+
+    def __init__(self, run_dir: Path, cfg=None):
+        global _bar
+        run_dir = Path(run_dir)
+        self.path = run_dir / "metrics.jsonl"
         self.file = open(self.path, "a", buffering=1)
+        self.evals = EvalReader(run_dir / "eval.jsonl") if cfg is not None and cfg.eval.every > 0 else None
+        self.sinks = build_sinks(run_dir, cfg)
+        self.bar = None
+        if cfg is not None and cfg.log.progress_bar and sys.stdout.isatty():
+            self.bar = _bar = ProgressBar(sys.stdout)
+        self.last: dict | None = None
 
     def write(self, record: dict) -> None:
+        if self.evals is not None:
+            result = self.evals.poll() or {}
+            record = {**record, "eval_return_mean": result.get("eval_return_mean"),
+                      "eval_return_std": result.get("eval_return_std"), "eval_update": result.get("update")}
         record = {k: _clean(v) for k, v in record.items()}
         self.file.write(json.dumps(record) + "\n")
+        self.last = record
+        if self.bar is not None:  # the new bar text; the console handler redraws it below the log line
+            self.bar.text = self.bar.render(record, self.bar.width())
         log.info(format_line(record))
+        for sink in list(self.sinks):
+            try:
+                sink.write(record)
+            except Exception as exc:  # a broken sink never stops training
+                log.warning("metrics sink %s failed (%s); it is switched off", type(sink).__name__, exc)
+                self.sinks.remove(sink)
+
+    def score(self) -> float | None:
+        """The smoothed return that ranks checkpoints: the newest eval mean when evaluation runs, else the
+        mean raw return of the last 100 training episodes; None while there is none."""
+        if self.last is None:
+            return None
+        return self.last.get("eval_return_mean" if self.evals is not None else "episode_return_mean")
 
     def close(self) -> None:
+        global _bar
+        if self.bar is not None:
+            self.bar.close()
+            if _bar is self.bar:
+                _bar = None
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.warning("metrics sink %s did not close cleanly (%s)", type(sink).__name__, exc)
         self.file.close()
 
 
@@ -61,8 +190,9 @@ def format_line(r: dict) -> str:
     parts = [f"update {r['update']}", f"steps {r['env_steps']:,} ({r.get('progress', 0) * 100:.1f}%)",
              f"sps {r['sps']:,.0f}", f"return {ret_text} (episodes {r['episodes']})"]
     if r.get("policy_loss") is not None:
-        parts.append(f"pg {r['policy_loss']:+.4f} v {r['value_loss']:.4f} ent {r['entropy']:.3f} "
-                     f"kl {r['approx_kl']:.4f} clip {r['clip_fraction']:.3f} ev {_num(r['explained_variance'])}")
+        parts.append(f"pg {_num(r['policy_loss'], '+.4f')} v {_num(r.get('value_loss'), '.4f')} "
+                     f"ent {_num(r.get('entropy'))} kl {_num(r.get('approx_kl'), '.4f')} "
+                     f"clip {_num(r.get('clip_fraction'))} ev {_num(r.get('explained_variance'))}")
     if r.get("eval_return_mean") is not None:
         parts.append(f"eval {r['eval_return_mean']:.2f}")
     parts.append(f"lr {r['learning_rate']:.2e}")
@@ -73,5 +203,12 @@ def format_line(r: dict) -> str:
     return " | ".join(parts)
 
 
-def _num(x) -> str:
-    return "-" if x is None else f"{x:.3f}"
+def _num(x, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _si(n: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.2f}{suffix}"
+    return f"{n:.0f}"

@@ -1,0 +1,81 @@
+"""Where metrics records go besides metrics.jsonl: TensorBoard event files and (optionally) Weights & Biases.
+
+Each sink takes the same records MetricsWriter writes, one per update, and logs every numeric field as a
+scalar at step = env_steps. A sink whose library is missing warns once and is left out; training goes on.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+log = logging.getLogger("learner")
+
+
+def numeric(record: dict) -> dict[str, float]:
+    """The record's finite numbers (bools and None, lists and strings left out)."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value):
+            out[key] = value
+    return out
+
+
+class TensorBoardSink:
+    """RUN_DIR/tb: one scalar per numeric metric (step = env_steps) and the resolved config as text."""
+
+    def __init__(self, run_dir: Path, cfg=None, flush_secs: int = 30):
+        from torch.utils.tensorboard import SummaryWriter  # ImportError without the tensorboard package
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), flush_secs=flush_secs)
+        if cfg is not None:
+            from learner.config import to_toml
+            # Markdown: four-space indentation keeps the TOML monospaced in TensorBoard's text tab.
+            self.writer.add_text("config", "\n".join("    " + line for line in to_toml(cfg).splitlines()))
+
+    def write(self, record: dict) -> None:
+        step = record.get("env_steps")
+        for key, value in numeric(record).items():
+            self.writer.add_scalar(key, value, global_step=step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    """Weights & Biases run in RUN_DIR (wandb's own files go under RUN_DIR/wandb)."""
+
+    def __init__(self, run_dir: Path, cfg):
+        import wandb  # ImportError when not installed
+        self.wandb = wandb
+        self.run = wandb.init(project=cfg.log.wandb_project, config=cfg.to_dict(), dir=str(run_dir),
+                              name=Path(run_dir).name)
+
+    def write(self, record: dict) -> None:
+        values = numeric(record)
+        step = values.pop("env_steps", None)
+        self.run.log(values, step=int(step) if step is not None else None)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def build_sinks(run_dir: Path, cfg) -> list:
+    """The sinks cfg.log asks for; a missing library costs one warning line, never the run."""
+    sinks = []
+    if cfg is None:
+        return sinks
+    if cfg.log.tensorboard:
+        try:
+            sinks.append(TensorBoardSink(run_dir, cfg))
+        except ImportError as exc:
+            log.warning("log.tensorboard: TensorBoard logging off (%s); pip install tensorboard", exc)
+    if cfg.log.track:
+        try:
+            sinks.append(WandbSink(run_dir, cfg))
+        except ImportError:
+            log.warning("log.track: wandb is not installed (pip install wandb); continuing without tracking")
+        except Exception as exc:  # e.g. not logged in: tracking is a convenience, never a reason to stop
+            log.warning("log.track: wandb.init failed (%s); continuing without tracking", exc)
+    return sinks

@@ -1,0 +1,69 @@
+"""The reusable evaluation pieces without a training run: settings, episodes, weight broadcasts, scheduling."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from actor.envs import describe_spaces, make_env
+from learner.config import Config, ModelConfig, apply_overrides
+from learner.eval_worker import _due
+from learner.evaluate import (build_policy, broadcast_state, eval_settings, load_broadcast, play_episodes,
+                              summarize)
+from learner.model import build_model
+from learner.normalize import ObsNormalizer
+from learner.weights import state_arrays
+from protocol import messages as m
+from protocol.settings import EnvSettings
+from protocol.spaces import SpaceSpec
+
+
+def test_eval_settings_play_whole_games():
+    train = EnvSettings(sticky_actions=0.0, max_episode_steps=27000)
+    s = eval_settings(train)
+    assert not s.episodic_life and s.sticky_actions == 0.0 and s.max_episode_steps == 27000
+    s = eval_settings(train, sticky_actions=0.25, max_steps=500)
+    assert s.sticky_actions == 0.25 and s.max_episode_steps == 500
+    assert eval_settings(train, sticky_actions=-1.0).sticky_actions == 0.0  # -1: as in training
+    assert train.episodic_life  # the training settings are left alone
+
+
+def test_play_episodes_cartpole_returns_raw_episodes():
+    cfg = apply_overrides(Config(), ["env.env_id='CartPole-v1'", "env.max_episode_steps=40"])
+    env = make_env(eval_settings(cfg.env), 3)
+    try:
+        model, obs_norm = build_policy(cfg, *describe_spaces(env))
+        episodes = play_episodes(model, env, 3, seed=3)
+        again = play_episodes(model, env, 3, seed=3)
+        greedy = play_episodes(model, env, 2, seed=3, greedy=True)
+    finally:
+        env.close()
+    assert len(episodes) == 3 and len(greedy) == 2
+    assert all(1 <= e.length <= 40 and e.ret == e.length for e in episodes)  # CartPole: +1 per step
+    assert [(e.ret, e.length) for e in episodes] == [(e.ret, e.length) for e in again]  # seeded
+    s = summarize([e.ret for e in episodes])
+    assert s["min"] <= s["mean"] <= s["max"] and s["episodes"] == 3
+
+
+def test_broadcast_carries_obs_norm_and_round_trips():
+    obs = SpaceSpec(kind="box", shape=(3,), dtype="float32", low=[-1.0] * 3, high=[1.0] * 3)
+    act = SpaceSpec(kind="box", shape=(1,), dtype="float32", low=[-2.0], high=[2.0])
+    model, norm = build_model(obs, act, ModelConfig()), ObsNormalizer((3,))
+    norm.update(torch.randn(64, 3) * 3 + 1)
+    assert broadcast_state(model, None) is model  # no normalizer: exactly the model's tensors
+    msg = m.decode(m.encode(m.Weights(5, state_arrays(broadcast_state(model, norm)))))
+    model2, norm2 = build_model(obs, act, ModelConfig()), ObsNormalizer((3,))
+    load_broadcast(model2, norm2, msg.tensors)
+    for (k, a), b in zip(model.state_dict().items(), model2.state_dict().values()):
+        assert torch.equal(a, b), k
+    np.testing.assert_allclose(norm2.rms.mean.numpy(), norm.rms.mean.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(float(norm2.rms.count), float(norm.rms.count), rtol=1e-6)
+    with pytest.raises(ValueError, match="lacks"):
+        load_broadcast(model2, None, {})
+
+
+def test_due_tolerates_skipped_versions():
+    assert not _due(0, 5, 0) and not _due(4, 5, 0) and _due(5, 5, 0) and _due(7, 5, 0)
+    assert not _due(9, 5, 7) and _due(10, 5, 7) and _due(13, 5, 7)
+    assert not _due(100, 0, 0)  # 0: never
+    assert _due(1, 1, 0) and _due(2, 1, 1) and not _due(2, 1, 2)
