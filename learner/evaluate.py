@@ -294,7 +294,11 @@ def main(argv=None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    torch.set_grad_enabled(False)
+    with torch.no_grad():  # scoped: main() is also called in-process (tests), where grad must stay on
+        return _evaluate(args, ckpt)
+
+
+def _evaluate(args, ckpt) -> int:
     try:
         policy = load_policy(ckpt, args.device)
     except (OSError, KeyError, ValueError, RuntimeError, ConfigError) as exc:
