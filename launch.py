@@ -117,6 +117,7 @@ class Cluster:
                                         args=(self.cfg.to_dict(), str(self.run_dir), self.resume))
         self.learner.start()
         self.address = self._await_endpoint()
+        self._record_pids()
         for i in range(self.cfg.cluster.actors):
             self._start_actor(i)
         if self.cfg.eval.every > 0:

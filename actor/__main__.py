@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 
 from actor.runner import ActorOptions, run
@@ -39,7 +41,8 @@ def parse_args(argv=None) -> ActorOptions:
             curve = ClientKeys.load(args.key, args.server_key)
         except (OSError, ValueError) as exc:
             p.error(f"cannot read keys: {exc}")
-    return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=args.name,
+    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=name,
                         reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s, curve=curve)
 
 

@@ -118,11 +118,11 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list) -> str:
         poller.register(monitor, zmq.POLLIN)
         while True:
             events = dict(poller.poll(1000))
+            if not _parent_alive(opts.parent_pid):
+                return "launcher gone"
             if sock not in events:  # messages first: a goodbye and the disconnect can arrive together
                 if monitor in events:
                     raise LearnerGone("connection to the learner lost")
-                if not _parent_alive(opts.parent_pid):
-                    return "launcher gone"
                 continue
             msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
             if isinstance(msg, m.Actions):
