@@ -20,7 +20,7 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from learner.config import Config, ConfigError, apply_overrides, field_docs, from_dict, load, to_toml
+from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml
 
 log = logging.getLogger("launch")
 ENDPOINT_TIMEOUT_S = 120.0

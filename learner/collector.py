@@ -7,7 +7,6 @@ them in slot order, so the result does not depend on process scheduling.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -165,6 +164,3 @@ class Collector:
 
     def forgive_pause(self) -> None:
         self.gateway.registry.touch_all()
-
-    def elapsed_marker(self) -> float:
-        return time.monotonic()

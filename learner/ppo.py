@@ -1,7 +1,6 @@
 """The PPO update: the loss (clipped surrogate or adaptive KL penalty) and the epoch/minibatch loop."""
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn

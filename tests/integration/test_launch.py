@@ -1,7 +1,6 @@
 """The README's promise, end to end: real actor processes, a real learner, real sockets."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 
