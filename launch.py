@@ -191,7 +191,7 @@ class Cluster:
         code = self.learner.exitcode
         if self.evaluator is not None:
             self.evaluator.terminate()
-        if code != 0:
+        if code not in (0, 2):
             log.error("the learner exited with code %s; stopping the actors", code)
         deadline = time.monotonic() + 10.0
         for proc in self.actors.values():  # actors leave on the learner's goodbye or when it is gone
@@ -205,7 +205,7 @@ class Cluster:
             if self.evaluator.is_alive():
                 self.evaluator.kill()
                 self.evaluator.join()
-        return 0 if code == 0 else 1
+        return code if code in (0, 2) else 1  # 2: the learner refused to start (its log line says why)
 
     def request_stop(self, *_):
         self.stopping = True
@@ -230,7 +230,8 @@ def main(argv=None) -> int:
     try:
         cluster.start()
     except RuntimeError as exc:
-        log.error("%s", exc)
+        if cluster.learner.exitcode != 2:  # exit 2: the learner already said why, in one line
+            log.error("%s", exc)
         cluster.request_stop()
     return cluster.supervise()
 

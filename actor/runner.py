@@ -112,7 +112,7 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list) -> str:
                           max_bytes=opts.max_message_mb << 20)
         log.info("actor %s joined as id %d with slots %s", opts.name, welcome.actor_id, welcome.slots)
         for g, group in enumerate(groups):
-            sock.send_multipart(m.encode(group.first_report(g)), copy=False)
+            sock.send_multipart(m.encode(group.first_report(g)))
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
@@ -126,7 +126,9 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list) -> str:
                 continue
             msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
             if isinstance(msg, m.Actions):
-                sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions)), copy=False)
+                # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy
+                # bookkeeping costs more than copying a few hundred KB
+                sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions)))
             elif isinstance(msg, m.Goodbye):
                 return msg.reason
             elif isinstance(msg, m.Error):

@@ -84,7 +84,7 @@ class Collector:
     def _start_rollout(self) -> None:
         groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
         slots = [s for w in groups for s in w.slots]
-        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout[:2], *self.layout[2:], self.device)
+        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self.buffer)
         self.waiting, self.parked = {(w.actor.identity, w.group): w for w in groups}, {}
         self._infer()
 

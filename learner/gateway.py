@@ -130,7 +130,7 @@ class Gateway:
 
     def _send(self, identity: bytes, msg, entry: ActorEntry | None = None) -> bool:
         try:
-            self.sock.send_multipart([identity, *m.encode(msg)], copy=False, flags=zmq.NOBLOCK)
+            self.sock.send_multipart([identity, *m.encode(msg)], flags=zmq.NOBLOCK)
             return True
         except zmq.ZMQError as exc:  # unroutable (peer gone) or its queue is full
             if entry is not None:

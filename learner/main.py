@@ -12,6 +12,7 @@ import os
 import signal
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -34,9 +35,23 @@ log = logging.getLogger("learner")
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
 
 
+class StartupError(Exception):
+    """A run that cannot start (bad env id, unsupported space, address in use, bad keys): one line, exit 2."""
+
+
+@contextmanager
+def starting(what: str):
+    try:
+        yield
+    except StartupError:
+        raise
+    except Exception as exc:  # whatever gymnasium, torch or zmq raise here, the user gets one line
+        raise StartupError(f"{what}: {exc}") from None
+
+
 def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("run.device=cuda but no CUDA device is available")
+        raise StartupError("run.device=cuda but no CUDA device is available")
     return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
 
 
@@ -75,6 +90,14 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
+    try:
+        return _train(cfg, run_dir, resume)
+    except StartupError as exc:
+        log.error("error: %s", exc)
+        return 2
+
+
+def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
     stop = Stop()
     r, p = cfg.run, cfg.ppo
     # While collecting, the actors need the cores and the learner's ops are small: one thread avoids
@@ -85,8 +108,10 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
         torch.use_deterministic_algorithms(True)
     torch.manual_seed(r.seed)
     device = pick_device(r.device)
-    obs_space, action_space = probe_spaces(cfg)
-    model = build_model(obs_space, action_space, cfg.model).to(device)
+    with starting(f"cannot make env {cfg.env.env_id!r}"):
+        obs_space, action_space = probe_spaces(cfg)
+    with starting("cannot build the model"):
+        model = build_model(obs_space, action_space, cfg.model).to(device)
     obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
     reward_scaler = RewardScaler(cfg.num_envs or 1, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
     width = cfg.num_envs or cfg.cluster.min_envs or 1  # the LR schedule assumes the configured width
@@ -94,7 +119,8 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     updater = PPOUpdater(model, p, total_updates, device)
     state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
     if resume and (path := checkpoint.latest(run_dir)) is not None:
-        saved = checkpoint.load(path, device)
+        with starting(f"cannot load {path}"):
+            saved = checkpoint.load(path, device)
         model.load_state_dict(saved["model"])
         updater.load_state_dict(saved["updater"])
         if obs_norm is not None:
@@ -115,12 +141,15 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     curve = None
     if cfg.cluster.server_key:
         from protocol.security import ServerKeys
-        curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
-        curve.start_authenticator(ctx)
+        with starting("cannot load the CURVE keys"):
+            curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
+            curve.start_authenticator(ctx)
     run_id = uuid.uuid4().hex[:12]
-    gateway = Gateway(ctx, cfg.cluster.address, cfg.env, obs_space, action_space, r.seed, state["update"], run_id,
-                      cfg.cluster.max_message_mb << 20, curve=curve)
-    publisher = WeightPublisher(ctx, cfg.cluster.weights_address, curve=curve)
+    with starting(f"cannot bind {cfg.cluster.address} (another learner there? port 0 picks a free one)"):
+        gateway = Gateway(ctx, cfg.cluster.address, cfg.env, obs_space, action_space, r.seed, state["update"],
+                          run_id, cfg.cluster.max_message_mb << 20, curve=curve)
+    with starting(f"cannot bind {cfg.cluster.weights_address} (another learner there? port 0 picks a free one)"):
+        publisher = WeightPublisher(ctx, cfg.cluster.weights_address, curve=curve)
     write_endpoints(run_dir, {"address": gateway.endpoint, "weights_address": publisher.endpoint,
                               "pid": os.getpid(), "run_id": run_id})
     log.info("learner on %s (weights on %s), device %s, model %s", gateway.endpoint, publisher.endpoint, device,
@@ -162,8 +191,10 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
             state["env_steps"] += n_valid
             stats = {}
             if not r.collect_only:
-                batch = {"obs": buf.obs[valid], "actions": buf.actions[valid], "logprobs": buf.logprobs[valid],
-                         "values": buf.values[valid], "advantages": advantages[valid], "returns": returns[valid]}
+                # all valid (the usual case): views, not a copy of the whole rollout
+                take = (lambda x: x.flatten(0, 1)) if n_valid == valid.numel() else (lambda x: x[valid])
+                batch = {"obs": take(buf.obs), "actions": take(buf.actions), "logprobs": take(buf.logprobs),
+                         "values": take(buf.values), "advantages": take(advantages), "returns": take(returns)}
                 torch.set_num_threads(update_threads)
                 stats = updater.update(batch, state["update"], generator)
                 torch.set_num_threads(1)

@@ -12,13 +12,18 @@ import torch
 
 class RolloutBuffer:
     def __init__(self, slots: list[int], num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
-                 action_shape: tuple, action_dtype: torch.dtype, device: torch.device):
+                 action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
+                 reuse: "RolloutBuffer | None" = None):
         self.slots = list(slots)
         self.column = {slot: i for i, slot in enumerate(self.slots)}
         T, N = num_steps, len(self.slots)
         self.T, self.N, self.device = T, N, device
         z = dict(device=device)
-        self.obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, **z)
+        shape = (T, N, *obs_shape)
+        if reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == obs_dtype:
+            self.obs = reuse.obs  # the update copied what it needs; rewriting in place saves page faults
+        else:
+            self.obs = torch.empty(shape, dtype=obs_dtype, **z)  # only read where valid_mask() holds
         self.actions = torch.zeros((T, N, *action_shape), dtype=action_dtype, **z)
         self.logprobs = torch.zeros((T, N), **z)
         self.values = torch.zeros((T, N), **z)

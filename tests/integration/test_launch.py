@@ -73,3 +73,16 @@ def test_help_lists_every_option_and_config_key():
     for option in ("--config", "--actors", "--envs-per-actor", "--total-steps", "--device", "--seed", "--run-dir",
                    "--set", "--resume", "configs/breakout.toml", "ppo.clip_coef", "env.sticky_actions"):
         assert option in result.stdout, option
+
+
+@pytest.mark.parametrize("env_id, needle", [("Blackjack-v1", "unsupported space Tuple"),
+                                            ("ALE/NoSuchGame-v5", "NoSuchGame")])
+def test_unusable_env_is_one_error_line_and_exit_2(tmp_path, env_id, needle):
+    run_dir = tmp_path / "env"
+    result = run_launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--set", f"env.env_id={env_id}",
+                        timeout=90)
+    assert result.returncode == 2, result.stdout[-2000:]
+    errors = [line for line in result.stdout.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and needle in errors[0], result.stdout[-2000:]
+    assert "Traceback" not in result.stdout
+    assert_no_stragglers(run_dir)
