@@ -116,6 +116,7 @@ class Cluster:
         self.learner = self.ctx.Process(target=learner_process, name="learner",
                                         args=(self.cfg.to_dict(), str(self.run_dir), self.resume))
         self.learner.start()
+        self._record_pids()
         self.address = self._await_endpoint()
         self._record_pids()
         for i in range(self.cfg.cluster.actors):
