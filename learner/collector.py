@@ -109,15 +109,16 @@ class Collector:
             t = buf.completed[cols[0]] - 1
             for i, obs in zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []):
                 if report.truncated[i] and not report.terminated[i]:
-                    buf.final_obs[(t, cols[i])] = torch.from_numpy(np.array(obs))
-        item = Waiting(actor, report.group, slots, np.array(report.obs), episodes)  # copy: frames are reused
+                    buf.final_obs[(t, cols[i])] = torch.from_numpy(obs.copy())
+        # a view of the received frame (it stays alive while referenced): copied once, into the rollout
+        item = Waiting(actor, report.group, slots, report.obs, episodes)
         key = (actor.identity, report.group)
         if in_rollout and buf.wants_action(buf.column[slots[0]]):
             self.waiting[key] = item
             return
         if in_rollout:  # T steps done: this obs bootstraps the rollout and starts the next one
             for col, obs in zip(buf.columns(slots), item.obs):
-                buf.bootstrap_obs[col] = torch.from_numpy(obs)
+                buf.bootstrap_obs[col] = torch.from_numpy(obs.copy())
         self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
 
     def _infer(self) -> None:
@@ -129,7 +130,7 @@ class Collector:
         batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
         self.waiting = {}
         self._count_episodes(batch)
-        result = self.policy.act(np.concatenate([w.obs for w in batch]))
+        result = self.policy.act(batch[0].obs if len(batch) == 1 else np.concatenate([w.obs for w in batch]))
         start = 0
         for w in batch:
             end = start + len(w.slots)

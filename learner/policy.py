@@ -5,6 +5,7 @@ the rollout stores exactly what the policy saw: the update then reproduces the s
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,9 @@ class Policy:
         self.pin = device.type == "cuda"
 
     def _to_device(self, obs: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(obs)
+        with warnings.catch_warnings():  # obs may be a read-only view of a received frame; torch only reads it
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(obs)
         if self.pin:
             t = t.pin_memory()
         return t.to(self.device, non_blocking=True)

@@ -7,6 +7,7 @@ that followed it.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -44,7 +45,9 @@ class RolloutBuffer:
     def _put(row: torch.Tensor, cols: list[int], src) -> None:
         """row[cols] = src. A group's columns are almost always contiguous, and a slice copy costs
         microseconds where advanced indexing costs milliseconds on CPU."""
-        src = torch.as_tensor(src).to(row.device, non_blocking=True)
+        if isinstance(src, np.ndarray):  # small received arrays are read-only views: copy them
+            src = torch.from_numpy(src.copy())
+        src = src.to(row.device, non_blocking=True)
         if cols[-1] - cols[0] == len(cols) - 1:
             row[cols[0]:cols[-1] + 1].copy_(src)
         else:

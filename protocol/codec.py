@@ -1,7 +1,9 @@
 """Frames <-> (type, body, arrays): a msgpack header frame followed by one raw frame per array.
 
-The header is {"v": version, "t": type, "b": body map, "a": [[name, dtype, shape], ...]}. Arrays travel as
-their raw C-contiguous bytes; dtype and shape come from the header. Nothing is ever unpickled.
+The header is {"v": version, "t": type, "b": body map, "a": [[name, dtype, shape(, bytes)], ...]}. Arrays
+travel as their raw C-contiguous bytes: in a frame of their own, in order, or, when small (rewards,
+flags), inline as the spec's 4th element, since every extra frame costs more than its bytes. dtype and
+shape come from the header. Nothing is ever unpickled.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_ARRAYS = 1024
 MAX_DIMS = 8
 DEFAULT_MAX_BYTES = 64 << 20
+INLINE_MAX_BYTES = 4096
 
 
 def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray] | None = None) -> list:
@@ -32,8 +35,11 @@ def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray
             arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
         if arr.dtype.name not in ALLOWED_DTYPES:
             raise ProtocolError(f"cannot send array {name!r}: dtype {arr.dtype} is not allowed")
-        specs.append([name, arr.dtype.name, list(arr.shape)])
-        frames.append(memoryview(arr).cast("B") if arr.size else b"")
+        if arr.nbytes <= INLINE_MAX_BYTES:  # small arrays ride in the header: frames cost more than bytes
+            specs.append([name, arr.dtype.name, list(arr.shape), arr.tobytes()])
+        else:
+            specs.append([name, arr.dtype.name, list(arr.shape)])
+            frames.append(memoryview(arr).cast("B"))
     header = msgpack.packb({"v": version, "t": msg_type, "b": body, "a": specs}, use_bin_type=True)
     return [header, *frames]
 
@@ -62,17 +68,16 @@ def decode_header(frame, version: int) -> tuple[str, dict, list]:
 
 
 def decode_arrays(specs: list, frames: list, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, np.ndarray]:
-    """Validate the array specs against the frames and view each frame as its array (no copy)."""
+    """Validate the array specs against the frames and view each as its array (no copy)."""
     if len(specs) > MAX_ARRAYS:
         raise ProtocolError(f"{len(specs)} arrays exceed the limit of {MAX_ARRAYS}")
-    if len(frames) != len(specs):
-        raise ProtocolError(f"header announces {len(specs)} arrays but {len(frames)} frames follow")
-    arrays, total = {}, 0
-    for spec, frame in zip(specs, frames):
-        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)
-                and isinstance(spec[1], str) and isinstance(spec[2], list)):
+    checked, total = [], 0
+    for spec in specs:  # every spec first, so the error names the real problem, not a frame count
+        if not (isinstance(spec, list) and len(spec) in (3, 4) and isinstance(spec[0], str)
+                and isinstance(spec[1], str) and isinstance(spec[2], list)
+                and (len(spec) == 3 or isinstance(spec[3], bytes))):
             raise ProtocolError(f"malformed array spec {spec!r:.80}")
-        name, dtype, shape = spec
+        name, dtype, shape = spec[:3]
         if dtype not in ALLOWED_DTYPES:
             raise ProtocolError(f"array {name!r}: dtype {dtype!r} is not allowed")
         if len(shape) > MAX_DIMS or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
@@ -83,9 +88,16 @@ def decode_arrays(specs: list, frames: list, max_bytes: int = DEFAULT_MAX_BYTES)
         total += expected
         if total > max_bytes:
             raise ProtocolError(f"message exceeds the {max_bytes}-byte limit")
-        buf = _buffer(frame)
+        checked.append((name, dtype, shape, expected, spec[3] if len(spec) == 4 else None))
+    framed = sum(1 for *_, inline in checked if inline is None)
+    if len(frames) != framed:
+        raise ProtocolError(f"header announces {framed} array frames but {len(frames)} frames follow")
+    arrays, next_frame = {}, iter(frames)
+    for name, dtype, shape, expected, inline in checked:
+        buf = _buffer(next(next_frame) if inline is None else inline)
         if buf.nbytes != expected:
-            raise ProtocolError(f"array {name!r}: frame has {buf.nbytes} bytes, {dtype}{tuple(shape)} needs {expected}")
+            where = "frame" if inline is None else "inline data"
+            raise ProtocolError(f"array {name!r}: {where} has {buf.nbytes} bytes, {dtype}{tuple(shape)} needs {expected}")
         if name in arrays:
             raise ProtocolError(f"array {name!r} appears twice")
         arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)

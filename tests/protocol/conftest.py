@@ -221,3 +221,10 @@ def pytest_generate_tests(metafunc):
     if "sample_case" in metafunc.fixturenames:
         cases = sample_cases()
         metafunc.parametrize("sample_case", cases, ids=[c[0] for c in cases])
+
+
+@pytest.fixture
+def framed(monkeypatch):
+    """Every array in a frame of its own (small ones normally ride inline in the header)."""
+    from protocol import codec
+    monkeypatch.setattr(codec, "INLINE_MAX_BYTES", -1)

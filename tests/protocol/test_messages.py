@@ -80,7 +80,7 @@ def test_step_report_variants_round_trip(final_index, n_episodes, pt):
     assert (decoded.final_obs is None) == (len(final_index) == 0)
 
 
-def test_step_report_without_final_obs_sends_no_final_obs_frame(pt):
+def test_step_report_without_final_obs_sends_no_final_obs_frame(pt, framed):
     plain = m.encode(pt.make_step(pt.EXPECT_IMG))
     with_finals = m.encode(pt.make_step(pt.EXPECT_IMG, final_index=[2]))
     assert [s[0] for s in pt.header_of(plain)["a"]] == [
@@ -183,42 +183,42 @@ def test_empty_message():
     rejects([], match="empty message")
 
 
-def test_array_frame_shorter_than_announced(pt):
+def test_array_frame_shorter_than_announced(pt, framed):
     frames = pt.to_wire(m.encode(pt.make_step(pt.EXPECT_IMG)))
     n = len(frames[1])
     frames[1] = frames[1][:-1]
     rejects(frames, pt.EXPECT_IMG, f"array 'obs': frame has {n - 1} bytes, uint8(4, 2, 6, 6) needs {n}")
 
 
-def test_last_array_frame_truncated(pt):
+def test_last_array_frame_truncated(pt, framed):
     frames = pt.to_wire(m.encode(pt.make_step(pt.EXPECT_IMG, final_index=[0, 2])))
     frames[-1] = frames[-1][:7]
     rejects(frames, pt.EXPECT_IMG, "array 'final_obs': frame has 7 bytes")
 
 
-def test_array_frame_longer_than_announced(pt):
+def test_array_frame_longer_than_announced(pt, framed):
     frames = pt.to_wire(m.encode(pt.make_actions(pt.EXPECT_IMG)))
     frames[1] += b"\0" * 8
     rejects(frames, pt.EXPECT_IMG, "array 'actions': frame has 40 bytes, int64(4,) needs 32")
 
 
-def test_missing_frame(pt):
+def test_missing_frame(pt, framed):
     frames = pt.to_wire(m.encode(pt.make_step(pt.EXPECT_IMG)))
-    rejects(frames[:-1], pt.EXPECT_IMG, "header announces 7 arrays but 6 frames follow")
+    rejects(frames[:-1], pt.EXPECT_IMG, "header announces 7 array frames but 6 frames follow")
 
 
-def test_header_only(pt):
+def test_header_only(pt, framed):
     frames = pt.to_wire(m.encode(pt.make_step(pt.EXPECT_IMG, final_index=[1])))
-    rejects(frames[:1], pt.EXPECT_IMG, "header announces 8 arrays but 0 frames follow")
+    rejects(frames[:1], pt.EXPECT_IMG, "header announces 8 array frames but 0 frames follow")
 
 
-def test_extra_frame(pt):
+def test_extra_frame(pt, framed):
     frames = pt.to_wire(m.encode(pt.make_step(pt.EXPECT_IMG)))
-    rejects(frames + [b""], pt.EXPECT_IMG, "header announces 7 arrays but 8 frames follow")
+    rejects(frames + [b""], pt.EXPECT_IMG, "header announces 7 array frames but 8 frames follow")
 
 
-def test_extra_frame_on_a_message_without_arrays(pt):
-    rejects(pt.to_wire(m.encode(m.Goodbye("x"))) + [b"\x01"], match="header announces 0 arrays but 1 frames follow")
+def test_extra_frame_on_a_message_without_arrays(pt, framed):
+    rejects(pt.to_wire(m.encode(m.Goodbye("x"))) + [b"\x01"], match="header announces 0 array frames but 1 frames follow")
 
 
 def test_missing_array(pt):
@@ -482,3 +482,20 @@ def test_step_with_a_zero_dimensional_array(name, expect, pt):
               "episode_returns": np.array(1.5), "final_index": np.array(0, np.int64)}[name]
     frames = pt.raw_message("step", {"group": 0, "first": False}, pt.step_arrays(pt.EXPECT_IMG, **{name: scalar}))
     rejects(frames, pt.EXPECT_IMG if expect else None)
+
+
+def test_small_arrays_ride_inline_and_only_observations_take_frames(pt):
+    frames = m.encode(pt.make_step(pt.EXPECT_IMG))
+    specs = pt.header_of(frames)["a"]
+    framed = [s[0] for s in specs if len(s) == 3]
+    assert framed == (["obs"] if pt.make_step(pt.EXPECT_IMG).obs.nbytes > codec.INLINE_MAX_BYTES else [])
+    assert len(frames) == 1 + len(framed)
+    assert all(isinstance(s[3], bytes) for s in specs if len(s) == 4)
+    pt.assert_same(m.decode(pt.to_wire(frames), pt.EXPECT_IMG), pt.make_step(pt.EXPECT_IMG))
+
+
+def test_inline_data_of_the_wrong_length_is_refused():
+    h = msgpack.unpackb(codec.encode(1, "x", {}, {"r": np.zeros(3, np.float32)})[0])
+    h["a"][0][3] = h["a"][0][3][:-1]
+    with pytest.raises(ProtocolError, match="array 'r': inline data has 11 bytes, float32\\(3,\\) needs 12"):
+        codec.decode_arrays(h["a"], [])
