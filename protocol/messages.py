@@ -173,7 +173,7 @@ def _check(arrays, name, dtype, shape):
     arr = arrays.get(name)
     if arr is None:
         raise ProtocolError(f"missing array {name!r}")
-    if arr.dtype.name != dtype:
+    if codec.DTYPE_NAMES.get(arr.dtype) != dtype:
         raise ProtocolError(f"array {name!r}: dtype {arr.dtype.name}, expected {dtype}")
     if shape is not None and tuple(arr.shape) != tuple(shape):
         raise ProtocolError(f"array {name!r}: shape {tuple(arr.shape)}, expected {tuple(shape)}")
@@ -190,7 +190,7 @@ def _group(body, expect):
 def _step(body, arrays, expect):
     k = expect.group_size if expect else None
     obs_shape = (k, *expect.obs_shape) if expect else None
-    obs = _check(arrays, "obs", expect.obs_dtype if expect else arrays.get("obs", np.zeros(0)).dtype.name, obs_shape)
+    obs = _check(arrays, "obs", expect.obs_dtype if expect else codec.DTYPE_NAMES.get(arrays.get("obs", np.zeros(0)).dtype), obs_shape)
     if obs.ndim == 0:
         raise ProtocolError("array 'obs': needs a leading env dimension")
     k = obs.shape[0] if k is None else k
@@ -213,7 +213,7 @@ def _step(body, arrays, expect):
             or (n_final and not (report.final_index < k).all()):
         raise ProtocolError("step: final_index must hold env indices within the group")
     if n_final:
-        _check(arrays, "final_obs", obs.dtype.name, (n_final, *obs.shape[1:]))
+        _check(arrays, "final_obs", codec.DTYPE_NAMES[obs.dtype], (n_final, *obs.shape[1:]))
     elif report.final_obs is not None and (report.final_obs.ndim == 0 or len(report.final_obs)):
         raise ProtocolError("step: final_obs given without final_index")
     if not np.isfinite(report.rewards).all():
@@ -223,7 +223,7 @@ def _step(body, arrays, expect):
 
 def _actions(body, arrays, expect):
     shape = (expect.group_size, *expect.action_shape) if expect else None
-    dtype = expect.action_dtype if expect else arrays.get("actions", np.zeros(0)).dtype.name
+    dtype = expect.action_dtype if expect else codec.DTYPE_NAMES.get(arrays.get("actions", np.zeros(0)).dtype)
     return Actions(group=_group(body, expect), actions=_check(arrays, "actions", dtype, shape),
                    version=_get(body, "version", int))
 
