@@ -62,6 +62,8 @@ class Collector:
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
         self.buffer: RolloutBuffer | None = None
+        self.double_buffer = False  # policy lag: the previous rollout is still being trained on
+        self._older: RolloutBuffer | None = None
         self.episodes = EpisodeStats()
         gateway.on_retire = self._on_retire
 
@@ -84,7 +86,9 @@ class Collector:
     def _start_rollout(self) -> None:
         groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
         slots = [s for w in groups for s in w.slots]
-        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self.buffer)
+        reuse = self._older if self.double_buffer else self.buffer
+        self._older = self.buffer
+        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse)
         self.waiting, self.parked = {(w.actor.identity, w.group): w for w in groups}, {}
         self._infer()
 

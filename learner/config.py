@@ -37,6 +37,8 @@ class RunConfig:
     """run actors and inference without gradient updates (throughput measurement)"""
     random_policy: bool = False
     """answer actors with uniform random actions instead of running the network"""
+    policy_lag: int = 0
+    """1: collect the next rollout with the previous weights while the update runs (Cleanba); 0: synchronous"""
 
 
 @dataclass
@@ -263,6 +265,7 @@ def validate(cfg: Config) -> None:
     _require(r.total_steps > 0, f"run.total_steps must be > 0, got {r.total_steps}")
     _require(r.device in ("auto", "cpu", "cuda"), f"run.device must be auto, cpu or cuda, got {r.device!r}")
     _require(r.checkpoint_every > 0, f"run.checkpoint_every must be > 0, got {r.checkpoint_every}")
+    _require(r.policy_lag in (0, 1), f"run.policy_lag must be 0 or 1, got {r.policy_lag}")
     _require(r.torch_threads >= 0, f"run.torch_threads must be >= 0, got {r.torch_threads}")
     _require(c.actors >= 0, f"cluster.actors must be >= 0, got {c.actors}")
     _require(c.envs_per_actor >= 1, f"cluster.envs_per_actor must be >= 1, got {c.envs_per_actor}")

@@ -5,6 +5,7 @@ their own modules.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from learner.model import build_model
 from learner.normalize import ObsNormalizer, RewardScaler
 from learner.policy import Policy
 from learner.ppo import PPOUpdater
+from learner.update_runner import UpdateRunner
 from learner.weights import WeightPublisher
 
 log = logging.getLogger("learner")
@@ -168,6 +170,52 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
     weights = broadcast_state(model, obs_norm)  # the model, plus obs-normalizer stats for the eval worker
     publisher.publish(weights, state["version"])
     started, steps_at_start, last_saved = time.monotonic(), state["env_steps"], state["update"]
+
+    lagged = r.policy_lag > 0 and not r.collect_only
+    if lagged:  # Cleanba: actors are served by a copy holding the previous weights while the update runs
+        policy.model = copy.deepcopy(model)
+        collector.double_buffer = True
+    runner = UpdateRunner(updater, generator, update_threads, background=lagged)
+
+    def complete(job: dict) -> None:
+        """After an update: new weights out, one metrics line, maybe a checkpoint."""
+        nonlocal last_saved
+        stats = runner.result()
+        if lagged:
+            policy.model.load_state_dict(model.state_dict())
+        state["version"] += 1
+        collector.version = state["version"]
+        publisher.publish(weights, state["version"])
+        collector.forgive_pause()
+        now = time.monotonic()
+        state["elapsed_s"] += now - job["t0"]
+        rate = (job["env_steps"] - steps_at_start) / max(now - started, 1e-9)
+        ep = collector.episodes
+        metrics.write({
+            "update": job["update"], "env_steps": job["env_steps"], "sps": job["n_valid"] / max(now - job["t0"], 1e-9),
+            "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
+            "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
+            "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
+            "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
+            "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
+            "learning_rate": stats.get("learning_rate", updater.learning_rate(job["update"])),
+            "actors": len(gateway.registry), "env_slots": job["env_slots"], "weights_version": state["version"],
+            "elapsed_s": state["elapsed_s"], "collect_s": job["t1"] - job["t0"], "update_s": now - job["t1"],
+            "progress": min(job["env_steps"] / r.total_steps, 1.0),
+            "eta_s": max(r.total_steps - job["env_steps"], 0) / max(rate, 1e-9),
+            "rejected_messages": gateway.rejected, "dropped_samples": job["dropped"], "kl_beta": stats.get("kl_beta"),
+            "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
+            "policy_lag": r.policy_lag if lagged else 0, "events": gateway.events,
+        })
+        gateway.events = []
+        for ret, length in ep.take_new():
+            episodes_file.write(json.dumps({"update": job["update"], "env_steps": job["env_steps"],
+                                            "return": ret, "length": length}) + "\n")
+        if job["update"] % r.checkpoint_every == 0:
+            save_checkpoint()
+            last_saved = job["update"]
+
+    in_flight = None
     try:
         while state["env_steps"] < r.total_steps and not stop():
             t0 = time.monotonic()
@@ -189,47 +237,24 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
                                               p.gamma, p.gae_lambda)
             state["update"] += 1
             state["env_steps"] += n_valid
-            stats = {}
+            if in_flight is not None:
+                complete(in_flight)  # the previous update ran while this rollout was collected
+                in_flight = None
+            batch = None
             if not r.collect_only:
                 # all valid (the usual case): views, not a copy of the whole rollout
                 take = (lambda x: x.flatten(0, 1)) if n_valid == valid.numel() else (lambda x: x[valid])
                 batch = {"obs": take(buf.obs), "actions": take(buf.actions), "logprobs": take(buf.logprobs),
                          "values": take(buf.values), "advantages": take(advantages), "returns": take(returns)}
-                torch.set_num_threads(update_threads)
-                stats = updater.update(batch, state["update"], generator)
-                torch.set_num_threads(1)
-            state["version"] += 1
-            collector.version = state["version"]
-            publisher.publish(weights, state["version"])
-            collector.forgive_pause()
-            now = time.monotonic()
-            state["elapsed_s"] += now - t0
-            done_steps = state["env_steps"] - steps_at_start
-            rate = done_steps / max(now - started, 1e-9)
-            ep = collector.episodes
-            metrics.write({
-                "update": state["update"], "env_steps": state["env_steps"], "sps": n_valid / max(now - t0, 1e-9),
-                "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
-                "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
-                "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
-                "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
-                "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
-                "learning_rate": stats.get("learning_rate", updater.learning_rate(state["update"])),
-                "actors": len(gateway.registry), "env_slots": buf.N, "weights_version": state["version"],
-                "elapsed_s": state["elapsed_s"], "collect_s": t1 - t0, "update_s": now - t1,
-                "progress": min(state["env_steps"] / r.total_steps, 1.0),
-                "eta_s": max(r.total_steps - state["env_steps"], 0) / max(rate, 1e-9),
-                "rejected_messages": gateway.rejected, "dropped_samples": buf.T * buf.N - n_valid, "kl_beta": stats.get("kl_beta"),
-                "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
-                "events": gateway.events,
-            })
-            gateway.events = []
-            for ret, length in ep.take_new():
-                episodes_file.write(json.dumps({"update": state["update"], "env_steps": state["env_steps"],
-                                                "return": ret, "length": length}) + "\n")
-            if state["update"] % r.checkpoint_every == 0:
-                save_checkpoint()
-                last_saved = state["update"]
+            runner.start(batch, state["update"])
+            job = {"update": state["update"], "env_steps": state["env_steps"], "n_valid": n_valid, "t0": t0, "t1": t1,
+                   "env_slots": buf.N, "dropped": buf.T * buf.N - n_valid}
+            if lagged:
+                in_flight = job
+            else:
+                complete(job)
+        if in_flight is not None:
+            complete(in_flight)
         if state["update"] != last_saved or not checkpoint.latest(run_dir):
             path = save_checkpoint()
             log.info("final checkpoint %s", path)

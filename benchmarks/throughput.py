@@ -1,0 +1,587 @@
+"""Throughput benchmark (issue 4): this system against the env ceiling and AsyncVectorEnv, side by side.
+
+    python benchmarks/throughput.py                 # all rows, N = os.cpu_count(), sweep: ~3 min on 2 cores
+    python benchmarks/throughput.py --quick         # smoke check (short durations, no sweep)
+    python benchmarks/throughput.py --envs-per-actor 4 --groups 2 --no-sweep
+
+Every row runs on the same cores in one invocation, one after the other, so the ratios are what to
+read on a noisy machine. Rows (N = --actors processes, E = --envs-per-actor envs each):
+
+  ceiling          N spawned processes each stepping E wrapped envs with random actions, no communication
+  asyncvec         gymnasium AsyncVectorEnv of N*E make_env envs + batched Nature-CNN inference on CPU
+  collect-random   python launch.py --collect-only --random-policy  (transport overhead vs the ceiling)
+  collect-network  python launch.py --collect-only                  (compare with asyncvec)
+  training         python launch.py                                 (full PPO; RSS of learner and actors)
+
+System rows read metrics.jsonl: agent steps/s = env_steps delta / elapsed_s delta, skipping the first
+rollout. Figures go to docs/results/throughput-<hostname>.json (--out) and a markdown table is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # actor/, learner/, protocol/ (also seen by spawned children)
+
+_RUN_IDS = itertools.count()
+_CHILDREN: list = []  # multiprocessing children and launch Popens still to be reaped on exit
+
+
+# ----------------------------------------------------------------------------------------------- /proc
+
+def read_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # the comm field may contain spaces and parens
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = children_of(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one live process (all its threads); 0 when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    return sum(proc_cpu_s(p) for p in [pid, *descendants(pid)])
+
+
+def kill_tree(pid: int) -> None:
+    for p in [*descendants(pid), pid]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# ----------------------------------------------------------------------------------------------- row 1
+
+def _ceiling_worker(env_id: str, num_envs: int, seed: int, barrier, results, warmup: float, seconds: float):
+    from actor.envs import make_env
+    from protocol.settings import EnvSettings
+    envs = [make_env(EnvSettings(env_id=env_id), seed + i) for i in range(num_envs)]
+    for env in envs:
+        env.reset()
+    barrier.wait(timeout=300)
+    start = time.monotonic()
+    t_begin, t_end = start + warmup, start + warmup + seconds
+    steps, now, counting, cpu0 = 0, start, False, 0.0
+    while now < t_end:
+        for env in envs:  # round robin, like an actor's env group; auto-reset like the actor does
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                env.reset()
+        now = time.monotonic()
+        if counting:
+            steps += num_envs
+        elif now >= t_begin:
+            counting, t_begin, cpu0 = True, now, time.process_time()
+    results.put({"steps": steps, "elapsed": now - t_begin, "cpu_s": time.process_time() - cpu0,
+                 "rss_mb": read_rss_mb(os.getpid())})
+    for env in envs:
+        env.close()
+
+
+def run_ceiling(env_id: str, procs: int, envs_per_proc: int, warmup: float, seconds: float) -> dict:
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=_ceiling_worker, daemon=True, name=f"ceiling-{i}",
+                           args=(env_id, envs_per_proc, 1000 * i + 1, barrier, results, warmup, seconds))
+               for i in range(procs)]
+    _CHILDREN.extend(workers)
+    for w in workers:
+        w.start()
+    try:
+        got = [_get(results, workers, warmup + seconds + 300) for _ in workers]
+    finally:
+        _reap(workers)
+    sps = sum(g["steps"] / g["elapsed"] for g in got)
+    return {"sps": sps, "procs": procs, "envs": procs * envs_per_proc,
+            "cores_used": sum(g["cpu_s"] / g["elapsed"] for g in got),
+            "per_proc_sps": [g["steps"] / g["elapsed"] for g in got],
+            "env_process_rss_mb": max(g["rss_mb"] or 0 for g in got)}
+
+
+def _get(queue, workers, timeout: float):
+    import queue as q
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except q.Empty:
+            dead = [w for w in workers if w.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} failed with exit code {dead[0].exitcode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("benchmark worker timed out")
+
+
+def _reap(workers) -> None:
+    for w in workers:
+        w.join(timeout=10)
+        if w.is_alive():
+            kill_tree(w.pid)
+            w.join()
+        if w in _CHILDREN:
+            _CHILDREN.remove(w)
+
+
+# ----------------------------------------------------------------------------------------------- row 2
+
+def _asyncvec_worker(env_id: str, num_envs: int, torch_threads: int, num_steps: int, warmup: float,
+                     seconds: float, results):
+    import gymnasium as gym
+    import torch
+    from actor.envs import describe_spaces, make_env
+    from learner.config import ModelConfig
+    from learner.model import build_model
+    from protocol.settings import EnvSettings
+    if torch_threads:
+        torch.set_num_threads(torch_threads)  # what the learner does with run.torch_threads
+    settings = EnvSettings(env_id=env_id)
+    probe = make_env(settings, 0)  # like the learner's probe_spaces
+    obs_space, action_space = describe_spaces(probe)
+    probe.close()
+    model = build_model(obs_space, action_space, ModelConfig())
+    venv = gym.vector.AsyncVectorEnv([partial(make_env, settings, 1000 * i + 1) for i in range(num_envs)],
+                                     context="spawn", autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    try:
+        obs, _ = venv.reset()
+        store = torch.zeros((num_steps, *obs.shape), dtype=torch.from_numpy(obs).dtype)  # CleanRL-style rollout
+        gen = torch.Generator()
+        gen.manual_seed(1)
+        start = time.monotonic()
+        t_begin, t_end = start + warmup, start + warmup + seconds
+        steps, t, infer_s, now, counting, cpu0 = 0, 0, 0.0, start, False, 0.0
+        while now < t_end:
+            x = torch.from_numpy(obs)
+            store[t % num_steps] = x
+            t0 = time.monotonic()
+            action, _, _ = model.act(x, generator=gen)
+            t1 = time.monotonic()
+            obs, _, _, _, _ = venv.step(action.numpy())
+            t += 1
+            now = time.monotonic()
+            if counting:
+                steps += num_envs
+                infer_s += t1 - t0
+            elif now >= t_begin:
+                counting, t_begin, cpu0 = True, now, tree_cpu_s(os.getpid())  # this process + its env workers
+        cpu = tree_cpu_s(os.getpid()) - cpu0
+        results.put({"steps": steps, "elapsed": now - t_begin, "cpu_s": cpu,
+                     "inference_share": infer_s / max(now - t_begin, 1e-9),
+                     "torch_threads": torch.get_num_threads()})
+    finally:
+        venv.close(terminate=True)
+
+
+def run_asyncvec(env_id: str, num_envs: int, torch_threads: int, warmup: float, seconds: float) -> dict:
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    w = ctx.Process(target=_asyncvec_worker, name="asyncvec", args=(env_id, num_envs, torch_threads, 128, warmup,
+                                                                    seconds, results))
+    _CHILDREN.append(w)
+    w.start()
+    try:
+        g = _get(results, [w], warmup + seconds + 300)
+    finally:
+        _reap([w])
+    return {"sps": g["steps"] / g["elapsed"], "procs": num_envs, "envs": num_envs,
+            "cores_used": g["cpu_s"] / g["elapsed"],
+            "inference_share": g["inference_share"], "torch_threads": g["torch_threads"]}
+
+
+# ----------------------------------------------------------------------------------------------- rows 3-5
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line being written
+    return out
+
+
+def steady_sps(records: list[dict]) -> float | None:
+    """Agent steps/s over rollouts 2..k (the first one includes start-up and parking)."""
+    if len(records) < 2:
+        return None
+    a, b = records[0], records[-1]
+    return (b["env_steps"] - a["env_steps"]) / max(b["elapsed_s"] - a["elapsed_s"], 1e-9)
+
+
+def cluster_pids(launch_pid: int, run_dir: Path) -> tuple[int | None, list[int]]:
+    """(learner, actors) among the launch process's children: endpoints.json names the learner's pid;
+    the spawn helper (resource_tracker) is not an actor."""
+    learner = None
+    try:
+        learner = int(json.loads((run_dir / "endpoints.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        pass
+    actors = [p for p in children_of(launch_pid) if p != learner and "resource_tracker" not in cmdline(p)]
+    return learner, actors
+
+
+def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, seconds: float) -> dict:
+    run_dir = tmp / f"{next(_RUN_IDS):02d}-{name}-n{actors}"
+    cmd = [sys.executable, "launch.py", "--actors", str(actors), "--envs-per-actor", str(args.envs_per_actor),
+           "--groups", str(args.groups), "--total-steps", str(10**12), "--run-dir", str(run_dir),
+           "--set", f"env.env_id={json.dumps(args.env)}",
+           "--set", 'cluster.address="tcp://127.0.0.1:0"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
+           "--set", f"run.torch_threads={args.torch_threads}", *args.launch_set, *flags]
+    run_dir.mkdir(parents=True)
+    logf = open(run_dir.with_suffix(".log"), "w")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    _CHILDREN.append(proc)
+    rss: dict[int, float] = {}
+    learner = None
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 180
+        while not read_metrics(metrics):  # start-up and the first rollout
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: no rollout came out (exit {proc.poll()}); see the log:\n"
+                                   + _tail(run_dir.with_suffix(".log")))
+            time.sleep(0.2)
+        t_start, cpu_start = time.monotonic(), tree_cpu_s(proc.pid)
+        while True:
+            time.sleep(0.5)
+            learner, actor_pids = cluster_pids(proc.pid, run_dir)
+            for pid in [learner, *actor_pids]:
+                if pid is not None and (mb := read_rss_mb(pid)) is not None:
+                    rss[pid] = max(rss.get(pid, 0.0), mb)
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name}: launch.py exited early ({proc.returncode}):\n"
+                                   + _tail(run_dir.with_suffix(".log")))
+            waited = time.monotonic() - t_start
+            if waited >= seconds and len(read_metrics(metrics)) >= 3 or waited >= 3 * seconds + 60:
+                cores_used = (tree_cpu_s(proc.pid) - cpu_start) / (time.monotonic() - t_start)
+                break
+    finally:
+        _stop_launch(proc)
+        logf.close()
+    records = read_metrics(run_dir / "metrics.jsonl")
+    steady = records[1:]  # the rollouts measured: records[0] is the base line
+    sps = steady_sps(records)
+    if sps is None:
+        raise RuntimeError(f"{name}: only {len(records)} rollouts in {seconds:g}s; use a longer --seconds")
+    actor_rss = [v for p, v in rss.items() if p != learner]
+    mean = lambda key: sum(r[key] for r in steady) / len(steady)  # noqa: E731
+    return {"sps": sps, "procs": actors, "envs": actors * args.envs_per_actor, "rollouts": len(steady),
+            "cores_used": cores_used,
+            "per_rollout_sps": [round(r["sps"], 1) for r in steady],
+            "collect_s_mean": mean("collect_s"), "update_s_mean": mean("update_s"),
+            "learner_rss_mb": rss.get(learner) if learner else None,
+            "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
+            "actor_rss_mb_mean": sum(actor_rss) / len(actor_rss) if actor_rss else None,
+            "command": " ".join(cmd[1:])}
+
+
+def _stop_launch(proc: subprocess.Popen) -> None:
+    """SIGTERM (the launcher stops the learner, which says goodbye to the actors), then SIGKILL the group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers: the launcher started its own session
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    if proc in _CHILDREN:
+        _CHILDREN.remove(proc)
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text().splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+ROWS = ("ceiling", "asyncvec", "collect-random", "collect-network", "training")
+
+
+def _cpu_busy_s() -> float:
+    """Busy CPU seconds of the whole machine (every process, ours and the other engineers')."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _our_cpu_s() -> float:
+    t = os.times()  # children_* cover every reaped descendant: each of our processes waits for its own
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def with_background(make, n: int) -> dict:
+    """Run one row and add other_load_cores: CPU used meanwhile by processes that are not ours."""
+    t0, busy0, ours0 = time.monotonic(), _cpu_busy_s(), _our_cpu_s()
+    row = make(n)
+    wall = time.monotonic() - t0
+    row["other_load_cores"] = max(0.0, (_cpu_busy_s() - busy0) - (_our_cpu_s() - ours0)) / wall
+    row["row_wall_s"] = wall
+    return row
+
+
+def median_run(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda r: r["sps"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["sps_all"] = [r["sps"] for r in runs]
+    return row
+
+
+def fmt(x, digits=0):
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def ratio(a: dict | None, b: dict | None) -> float | None:
+    if not a or not b or not b.get("sps"):
+        return None
+    return a["sps"] / b["sps"]
+
+
+def per_cpu(row: dict | None) -> float | None:
+    """Agent steps per CPU-second the row's own processes used: robust to other load, blind to idle waits."""
+    return row["sps"] / row["cores_used"] if row and row.get("cores_used") else None
+
+
+def cpu_ratio(a: dict | None, b: dict | None) -> float | None:
+    x, y = per_cpu(a), per_cpu(b)
+    return x / y if x and y else None
+
+
+def markdown(result: dict) -> str:
+    rows, r = result["rows"], result["ratios"]
+    ceiling = rows.get("ceiling")
+    pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    lines = ["| row | processes | envs | agent steps/s | vs ceiling | cores used | steps per CPU-s | "
+             "per CPU-s vs ceiling | other load (cores) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, row in rows.items():
+        lines.append(f"| {key} | {row['procs']} | {row['envs']} | {fmt(row['sps'])} | {pct(ratio(row, ceiling))} | "
+                     f"{fmt(row.get('cores_used'), 2)} | {fmt(per_cpu(row))} | {pct(cpu_ratio(row, ceiling))} | "
+                     f"{row['other_load_cores']:.2f} |")
+    lines += ["", "| ratio | agent steps/s | per CPU-second | target |", "|---|---:|---:|---|"]
+    targets = {"collect-random / ceiling": ">= 80%"}
+    for key, value in r.items():
+        lines.append(f"| {key} | {pct(value)} | {pct(result['cpu_ratios'].get(key))} | {targets.get(key, '')} |")
+    t = rows.get("training")
+    if t:
+        lines += ["", f"training: {t['rollouts']} rollouts measured, per rollout collect {t['collect_s_mean']:.2f}s + "
+                      f"update {t['update_s_mean']:.2f}s"]
+    mem = result.get("memory")
+    if mem:
+        lines += ["", "| resident memory (training, peak) | MB | target |", "|---|---:|---|",
+                  f"| one actor process (max over actors) | {fmt(mem['actor_rss_mb_max'], 1)} | < 100 MB |",
+                  f"| learner | {fmt(mem['learner_rss_mb'], 1)} | |",
+                  f"| bare env process (ceiling worker, reference) | {fmt(mem['env_process_rss_mb'], 1)} | |"]
+    if result.get("sweep"):
+        lines += ["", "| actors N | ceiling | collect-random | ratio | per CPU-s ratio | other load (cores) |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for s in result["sweep"]:
+            load = " / ".join(f"{x:.2f}" for x in s["other_load_cores"])
+            lines.append(f"| {s['n']} | {fmt(s['ceiling'])} | {fmt(s['collect_random'])} | {pct(s['ratio'])} | "
+                         f"{pct(s['cpu_ratio'])} | {load} |")
+    return "\n".join(lines)
+
+
+def sweep_sizes(top: int) -> list[int]:
+    sizes, n = [], 1
+    while n < top:
+        sizes.append(n)
+        n *= 2
+    return sizes + [top]
+
+
+def git_describe() -> str | None:
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
+                              text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="ALE/Breakout-v5", help="gymnasium id (default: %(default)s)")
+    p.add_argument("--actors", type=int, default=os.cpu_count(), help="N: actor processes, ceiling processes "
+                   "(default: os.cpu_count() = %(default)s)")
+    p.add_argument("--envs-per-actor", type=int, default=16, help="E: envs per process; many envs per message amortize its cost (default: %(default)s)")
+    p.add_argument("--groups", type=int, default=2, choices=(1, 2), help="env groups per actor: 2 steps one half while the other waits (default: 2)")
+    p.add_argument("--seconds", type=float, default=None, help="measured seconds per row (default: 20, --quick 5)")
+    p.add_argument("--warmup", type=float, default=None, help="uncounted seconds before measuring the ceiling "
+                   "and asyncvec rows (default: 3, --quick 1); system rows skip their first rollout instead")
+    p.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=None,
+                   help="scaling sweep 1, 2, 4, ... N for ceiling and collect-random (default: on, off with --quick)")
+    p.add_argument("--rows", default="ceiling,asyncvec,collect-random,collect-network,training",
+                   help="comma-separated rows to run (default: all)")
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="run.torch_threads for the learner and the asyncvec row (0: torch's default, as the "
+                        "default config)")
+    p.add_argument("--launch-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="extra --set passed to every launch.py run; repeatable")
+    p.add_argument("--repeat", type=int, default=1, help="rounds of the rows, interleaved; rows report the median "
+                   "run, ratios the median of per-round ratios (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="short durations for a smoke check")
+    p.add_argument("--keep-runs", action="store_true", help="keep the launch.py run directories and logs")
+    p.add_argument("--out", default=None, help="JSON output (default: docs/results/throughput-<hostname>.json)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    args.launch_set = [x for s in args.launch_set for x in ("--set", s)]
+    seconds = args.seconds if args.seconds is not None else (5.0 if args.quick else 20.0)
+    warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
+    sweep = args.sweep if args.sweep is not None else not args.quick
+    wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
+    n, e = args.actors, args.envs_per_actor
+    out = Path(args.out) if args.out else REPO / "docs" / "results" / f"throughput-{socket.gethostname()}.json"
+    result = {"host": socket.gethostname(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+              "git": git_describe(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "settings": {"env": args.env, "actors": n, "envs_per_actor": e, "groups": args.groups,
+                           "seconds": seconds, "warmup": warmup, "torch_threads": args.torch_threads,
+                           "launch_set": args.launch_set[1::2], "sweep": sweep, "repeat": args.repeat},
+              "load_avg_before": os.getloadavg(), "rows": {}, "runs": {}, "ratios": {}, "cpu_ratios": {},
+              "sweep": []}
+    rows = result["rows"]
+    runs: dict[str, list[dict]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="ppo-throughput-"))
+    t_all = time.monotonic()
+    launch_rows = {"collect-random": ["--collect-only", "--random-policy"],
+                   "collect-network": ["--collect-only"], "training": []}
+    makers = {"ceiling": lambda k: run_ceiling(args.env, k, e, warmup, seconds),
+              "asyncvec": lambda k: run_asyncvec(args.env, k * e, args.torch_threads, warmup, seconds),
+              **{key: partial(lambda key, flags, k: run_launch(key, flags, args, k, tmp, seconds), key, flags)
+                 for key, flags in launch_rows.items()}}
+    try:
+        print(f"throughput: {args.env}, N={n} x E={e} (groups {args.groups}), {seconds:g}s per row, "
+              f"{args.repeat} round(s), load {os.getloadavg()[0]:.2f}; run dirs in {tmp}", flush=True)
+        for rnd in range(args.repeat):
+            for key in ROWS:
+                if key in wanted:
+                    row = with_background(makers[key], n)
+                    runs.setdefault(key, []).append(row)
+                    print(f"  {key:<16} {row['sps']:>9,.0f} agent steps/s  ({row['procs']} procs, {row['envs']} envs, "
+                          f"{row['cores_used']:.2f} cores used; other load {row['other_load_cores']:.2f} cores)",
+                          flush=True)
+        rows.update({key: median_run(rs) for key, rs in runs.items()})
+        if sweep:
+            for k in sweep_sizes(n):
+                c = rows["ceiling"] if k == n and "ceiling" in rows else with_background(makers["ceiling"], k)
+                s = (rows["collect-random"] if k == n and "collect-random" in rows
+                     else with_background(makers["collect-random"], k))
+                result["sweep"].append({"n": k, "ceiling": c["sps"], "collect_random": s["sps"],
+                                        "ratio": s["sps"] / c["sps"] if c["sps"] else None,
+                                        "cpu_ratio": cpu_ratio(s, c),
+                                        "other_load_cores": [c["other_load_cores"], s["other_load_cores"]]})
+                print(f"  sweep N={k:<3} ceiling {c['sps']:>9,.0f}  collect-random {s['sps']:>9,.0f}  "
+                      f"({100 * s['sps'] / c['sps']:.0f}%)", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted: stopping every child process", file=sys.stderr)
+        return 130
+    finally:
+        for child in list(_CHILDREN):
+            if isinstance(child, subprocess.Popen):
+                _stop_launch(child)
+            else:
+                kill_tree(child.pid)
+        if not args.keep_runs:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    pairs = {"collect-random / ceiling": ("collect-random", "ceiling"),
+             "collect-network / asyncvec": ("collect-network", "asyncvec"),
+             "training / ceiling": ("training", "ceiling"),
+             "collect-network / ceiling": ("collect-network", "ceiling"),
+             "asyncvec / ceiling": ("asyncvec", "ceiling")}
+    for name, (a, b) in pairs.items():  # per round (the two rows ran minutes apart at most), then the median
+        per_round = [x for x in map(ratio, runs.get(a, []), runs.get(b, [])) if x is not None]
+        result["ratios"][name] = statistics.median(per_round) if per_round else None
+        per_round = [x for x in map(cpu_ratio, runs.get(a, []), runs.get(b, [])) if x is not None]
+        result["cpu_ratios"][name] = statistics.median(per_round) if per_round else None
+    if "training" in rows:
+        t = rows["training"]
+        result["memory"] = {"actor_rss_mb_max": t["actor_rss_mb_max"], "actor_rss_mb_mean": t["actor_rss_mb_mean"],
+                            "learner_rss_mb": t["learner_rss_mb"],
+                            "env_process_rss_mb": rows.get("ceiling", {}).get("env_process_rss_mb")}
+    result["runs"] = runs
+    result["load_avg_after"] = os.getloadavg()
+    result["wall_s"] = time.monotonic() - t_all
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print()
+    print(markdown(result))
+    print(f"\nwall {result['wall_s']:.0f}s, load average {result['load_avg_before'][0]:.2f} -> "
+          f"{result['load_avg_after'][0]:.2f}; figures in {out}")
+    return 0
+
+
+def _sigterm(*_):
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (cron, &)
+    sys.exit(main())
