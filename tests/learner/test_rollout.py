@@ -65,8 +65,9 @@ def test_column_dead_before_any_step_is_fully_masked():
 
 def test_non_contiguous_columns_are_written_to_the_right_place():
     buf = make(n=3, T=1)
+    buf.obs.fill_(-1.0)  # storage starts undefined (only valid steps are read): mark it to see what is written
     buf.record_actions([0, 2], torch.tensor([[1.0, 1.0], [2.0, 2.0]]), torch.tensor([4, 5]), torch.zeros(2),
                        torch.tensor([0.5, 0.7]))
-    assert buf.obs[0, :, 0].tolist() == [1.0, 0.0, 2.0]
+    assert buf.obs[0, :, 0].tolist() == [1.0, -1.0, 2.0]
     assert buf.actions[0].tolist() == [4, 0, 5]
     assert buf.acted == [1, 0, 1]
