@@ -41,64 +41,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-TICKS = os.sysconf("SC_CLK_TCK")
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # procfs.py, next to this script
+
+from procfs import (TICKS, alive, all_stats, descendants, fmt, kill, kill_group, last_metrics,  # noqa: E402
+                    machine_busy_ticks, read_rss_mb, tail, terminate)
+
 KINDS = ("launch", "learner", "actor_max", "actor_sum", "evaluator", "other")
-
-
-# ----------------------------------------------------------------------------------------------- /proc
-
-def read_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None  # gone, a zombie (no VmRSS line), or not ours to read
-
-
-def proc_stat(pid: int) -> tuple[str, int, int, int, int] | None:
-    """(state, ppid, pgid, starttime, utime + stime in clock ticks) from /proc/PID/stat; None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[19]), int(fields[11]) + int(fields[12])
-
-
-def machine_busy_ticks() -> int:
-    """CPU time the whole machine spent busy (all cores; /proc/stat, clock ticks)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(fields[:8]) - fields[3] - fields[4]  # user..steal, less idle and iowait
-
-
-def alive(pid: int, starttime: int | None = None) -> bool:
-    """Running (not a zombie), and, when starttime is given, still the same process (pids get reused)."""
-    st = proc_stat(pid)
-    return st is not None and st[0] != "Z" and (starttime is None or st[3] == starttime)
-
-
-def all_stats() -> dict[int, tuple[str, int, int, int]]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (st := proc_stat(int(entry.name))) is not None:
-            out[int(entry.name)] = st
-    return out
-
-
-def descendants(root: int, stats: dict) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, st in stats.items():
-        children.setdefault(st[1], []).append(pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 # ----------------------------------------------------------------------------------------------- run dir
@@ -108,27 +59,6 @@ def read_processes(run_dir: Path) -> dict:
         return json.loads((run_dir / "processes.json").read_text())
     except (OSError, ValueError):
         return {}  # not written yet (or being replaced: launch.py writes it atomically, so rarely)
-
-
-def last_metrics(run_dir: Path, tail_bytes: int = 65536) -> dict | None:
-    """The newest complete line of metrics.jsonl, reading only the end of the file."""
-    path = run_dir / "metrics.jsonl"
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(size - tail_bytes, 0))
-            data = f.read()
-    except OSError:
-        return None
-    for line in reversed(data.split(b"\n")):
-        line = line.strip()
-        if line:
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue  # a line cut by the seek, or half-written
-    return None
 
 
 def classify(launch_pid: int, info: dict, stats: dict) -> dict[str, dict[int, str]]:
@@ -210,7 +140,7 @@ class Soak:
             row["cpu_cluster"] = cluster_ticks / dt
             row["cpu_other"] = max(busy - self.busy_base - cluster_ticks, 0) / dt
         self.busy_base = busy
-        m = last_metrics(self.run_dir)
+        m = last_metrics(self.run_dir / "metrics.jsonl")
         row["update"] = m.get("update") if m else None
         row["env_steps"] = m.get("env_steps") if m else None
         prev = self.samples[-1] if self.samples else None
@@ -263,27 +193,17 @@ class Soak:
         or a few seconds after launch.py exited (anything else; launch.py itself waits for its children)."""
         if self.proc is None:
             return []
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=self.args.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                print(f"soak: launch.py still running {self.args.stop_timeout_s:g}s after SIGTERM", flush=True)
+        if not terminate(self.proc, self.args.stop_timeout_s):
+            print(f"soak: launch.py still running {self.args.stop_timeout_s:g}s after SIGTERM", flush=True)
         deadline = time.monotonic() + 5.0
         while (left := self.leftovers()) and time.monotonic() < deadline:
             time.sleep(0.2)
         if left:
             print(f"soak: left over, killing: {left}", flush=True)
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
             for pid, (_, start) in self.seen.items():
                 if alive(pid, start):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    kill(pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -295,10 +215,6 @@ class Soak:
 
 
 # ----------------------------------------------------------------------------------------------- summary
-
-def fmt(x, digits: int = 0) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
@@ -476,13 +392,6 @@ def main(argv=None) -> int:
         if tmp is not None:
             tmp.cleanup()
     return 0 if summary and summary["pass"] else 1
-
-
-def tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(none)"
 
 
 if __name__ == "__main__":

@@ -33,77 +33,17 @@ import time
 from functools import partial
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))  # actor/, learner/, protocol/ (also seen by spawned children)
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+for _path in (REPO, HERE):  # actor/, learner/, protocol/; procfs.py (also seen by spawned children)
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from procfs import (TICKS, children_of, cmdline, fmt, kill_group, kill_tree, machine_busy_ticks,  # noqa: E402
+                    read_metrics, read_rss_mb, tail, terminate, tree_cpu_s)
 
 _RUN_IDS = itertools.count()
 _CHILDREN: list = []  # multiprocessing children and launch Popens still to be reaped on exit
-
-
-# ----------------------------------------------------------------------------------------------- /proc
-
-def read_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # the comm field may contain spaces and parens
-        if int(fields[1]) == pid:
-            out.append(int(entry.name))
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        kids = children_of(todo.pop())
-        out += kids
-        todo += kids
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one live process (all its threads); 0 when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_s(pid: int) -> float:
-    return sum(proc_cpu_s(p) for p in [pid, *descendants(pid)])
-
-
-def kill_tree(pid: int) -> None:
-    for p in [*descendants(pid), pid]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # ----------------------------------------------------------------------------------------------- row 1
@@ -247,18 +187,6 @@ def run_asyncvec(env_id: str, num_envs: int, torch_threads: int, warmup: float, 
 
 # ----------------------------------------------------------------------------------------------- rows 3-5
 
-def read_metrics(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line being written
-    return out
-
-
 def steady_sps(records: list[dict]) -> float | None:
     """Agent steps/s over rollouts 2..k (the first one includes start-up and parking)."""
     if len(records) < 2:
@@ -298,7 +226,7 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
         while not read_metrics(metrics):  # start-up and the first rollout
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: no rollout came out (exit {proc.poll()}); see the log:\n"
-                                   + _tail(run_dir.with_suffix(".log")))
+                                   + tail(run_dir.with_suffix(".log"), missing="(no log)"))
             time.sleep(0.2)
         t_start, cpu_start = time.monotonic(), tree_cpu_s(proc.pid)
         while True:
@@ -309,7 +237,7 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
                     rss[pid] = max(rss.get(pid, 0.0), mb)
             if proc.poll() is not None:
                 raise RuntimeError(f"{name}: launch.py exited early ({proc.returncode}):\n"
-                                   + _tail(run_dir.with_suffix(".log")))
+                                   + tail(run_dir.with_suffix(".log"), missing="(no log)"))
             waited = time.monotonic() - t_start
             if waited >= seconds and len(read_metrics(metrics)) >= 3 or waited >= 3 * seconds + 60:
                 cores_used = (tree_cpu_s(proc.pid) - cpu_start) / (time.monotonic() - t_start)
@@ -336,38 +264,16 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
 
 def _stop_launch(proc: subprocess.Popen) -> None:
     """SIGTERM (the launcher stops the learner, which says goodbye to the actors), then SIGKILL the group."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers: the launcher started its own session
-    except (ProcessLookupError, PermissionError):
-        pass
+    terminate(proc, 30)
+    kill_group(proc.pid)  # stragglers: the launcher started its own session
     proc.wait()
     if proc in _CHILDREN:
         _CHILDREN.remove(proc)
 
 
-def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text().splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
 # ----------------------------------------------------------------------------------------------- report
 
 ROWS = ("ceiling", "asyncvec", "collect-random", "collect-network", "training")
-
-
-def _cpu_busy_s() -> float:
-    """Busy CPU seconds of the whole machine (every process, ours and the other engineers')."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _our_cpu_s() -> float:
@@ -377,10 +283,10 @@ def _our_cpu_s() -> float:
 
 def with_background(make, n: int) -> dict:
     """Run one row and add other_load_cores: CPU used meanwhile by processes that are not ours."""
-    t0, busy0, ours0 = time.monotonic(), _cpu_busy_s(), _our_cpu_s()
+    t0, busy0, ours0 = time.monotonic(), machine_busy_ticks(), _our_cpu_s()
     row = make(n)
     wall = time.monotonic() - t0
-    row["other_load_cores"] = max(0.0, (_cpu_busy_s() - busy0) - (_our_cpu_s() - ours0)) / wall
+    row["other_load_cores"] = max(0.0, (machine_busy_ticks() - busy0) / TICKS - (_our_cpu_s() - ours0)) / wall
     row["row_wall_s"] = wall
     return row
 
@@ -390,10 +296,6 @@ def median_run(runs: list[dict]) -> dict:
     row = dict(ordered[(len(ordered) - 1) // 2])
     row["sps_all"] = [r["sps"] for r in runs]
     return row
-
-
-def fmt(x, digits=0):
-    return "-" if x is None else f"{x:,.{digits}f}"
 
 
 def ratio(a: dict | None, b: dict | None) -> float | None:
