@@ -112,7 +112,9 @@ def test_kill_learner_then_resume_continues_and_actors_reconnect(tmp_path):
     try:
         wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)
         standalone = start_actor(address, "--envs", "2", "--name", "standalone", "--reconnect-s", "120")
-        wait_for(lambda: any(r["actors"] == 2 for r in metrics(run_dir)), 90, "the standalone actor in a rollout", proc)
+        wait_for(lambda: any(r["actors"] == 2 for r in metrics(run_dir))
+                 and list((run_dir / "checkpoints").glob("ckpt_*.pt")), 90,
+                 "the standalone actor in a rollout, and a checkpoint", proc)
         learner = json.loads((run_dir / "processes.json").read_text())["learner"]
         os.kill(learner, signal.SIGKILL)
         proc.communicate(timeout=60)
