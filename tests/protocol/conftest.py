@@ -5,6 +5,7 @@ Helpers are handed out as one fixture, `pt`; `sample_case` parametrizes a test o
 from __future__ import annotations
 
 import dataclasses
+import re
 from types import SimpleNamespace
 
 import msgpack
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from protocol import messages as m
+from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
@@ -228,3 +230,10 @@ def framed(monkeypatch):
     """Every array in a frame of its own (small ones normally ride inline in the header)."""
     from protocol import codec
     monkeypatch.setattr(codec, "INLINE_MAX_BYTES", -1)
+
+
+def rejects(frames, expect=None, match: str = "", **kwargs) -> ProtocolError:
+    """decode must raise ProtocolError (any other exception propagates and fails the test) saying `match`."""
+    with pytest.raises(ProtocolError, match=re.escape(match) if match else None) as info:
+        m.decode(frames, expect=expect, **kwargs)
+    return info.value
