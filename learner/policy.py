@@ -34,15 +34,13 @@ class Policy:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.pin = device.type == "cuda"
 
     def _to_device(self, obs: np.ndarray) -> torch.Tensor:
         with warnings.catch_warnings():  # obs may be a read-only view of a received frame; torch only reads it
             warnings.simplefilter("ignore", UserWarning)
             t = torch.from_numpy(obs)
-        if self.pin:
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
+        # one copy to the device; pinning a fresh tensor first would copy every batch twice
+        return t.to(self.device)
 
     def prepare(self, obs: np.ndarray, update_stats: bool) -> torch.Tensor:
         t = self._to_device(obs)
