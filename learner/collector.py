@@ -3,6 +3,10 @@
 Each actor group is served as soon as its report arrives (batched with whatever else is waiting), so a
 slow actor delays only itself. In deterministic mode the collector waits for every group and infers
 them in slot order, so the result does not depend on process scheduling.
+
+With `flow_through` (collect-only runs, where the weights never change between rollouts) a group that
+has done its T steps goes straight on into the next rollout instead of idling until the slowest group
+catches up.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import numpy as np
 import torch
 
 from learner.actors import ActorEntry
+from learner.framestack import LearnerFrameStack
 from learner.gateway import Gateway
 from learner.policy import Policy
 from learner.rollout import RolloutBuffer
@@ -30,6 +35,7 @@ class Waiting:
     slots: list[int]
     obs: np.ndarray
     episodes: list = field(default_factory=list)
+    buffer: RolloutBuffer | None = None  # the rollout its actions go into
 
 
 @dataclass
@@ -53,8 +59,9 @@ class EpisodeStats:
 class Collector:
     def __init__(self, gateway: Gateway, policy: Policy, num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
                  action_shape: tuple, action_dtype: torch.dtype, device: torch.device, actor_timeout_s: float,
-                 lockstep: bool = False):
+                 lockstep: bool = False, frame_stack: int = 1):
         self.gateway, self.policy = gateway, policy
+        self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
         self.num_steps, self.device = num_steps, device
         self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
         self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
@@ -62,7 +69,9 @@ class Collector:
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
         self.buffer: RolloutBuffer | None = None
+        self.next: RolloutBuffer | None = None  # flow_through: the rollout early groups went on into
         self.double_buffer = False  # policy lag: the previous rollout is still being trained on
+        self.flow_through = False
         self._older: RolloutBuffer | None = None
         self.episodes = EpisodeStats()
         gateway.on_retire = self._on_retire
@@ -72,11 +81,14 @@ class Collector:
 
     def collect(self, min_envs: int, should_stop) -> RolloutBuffer | None:
         """Run until the rollout is complete; None when asked to stop first."""
-        while self.parked_slots() < max(min_envs, 1):
-            if should_stop():
-                return None
-            self._pump(100)
-        self._start_rollout()
+        if self.next is not None:  # groups already went on into it while the last one finished
+            self._older, self.buffer, self.next = self.buffer, self.next, None
+        else:
+            while self.parked_slots() < max(min_envs, 1):
+                if should_stop():
+                    return None
+                self._pump(100)
+            self._start_rollout()
         while not self.buffer.is_complete():
             if should_stop():
                 return None
@@ -89,8 +101,21 @@ class Collector:
         reuse = self._older if self.double_buffer else self.buffer
         self._older = self.buffer
         self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse)
+        for w in groups:
+            w.buffer = self.buffer
         self.waiting, self.parked = {(w.actor.identity, w.group): w for w in groups}, {}
         self._infer()
+
+    def _start_next(self) -> None:
+        """Open the following rollout for the current one's live columns and every parked group."""
+        buf = self.buffer
+        live = {s for c, s in enumerate(buf.slots) if not buf.dead[c]}
+        slots = sorted(live.union(*(w.slots for w in self.parked.values())))  # parked: joiners, or done early
+        self.next = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self._older)
+        for key, w in self.parked.items():
+            w.buffer = self.next
+            self.waiting[key] = w
+        self.parked = {}
 
     def _pump(self, timeout_ms: int) -> None:
         for item in self.gateway.poll(timeout_ms):
@@ -104,26 +129,45 @@ class Collector:
     def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
         actor.owes.discard(report.group)
         slots = actor.group_slots(report.group)
-        buf = self.buffer
-        in_rollout = buf is not None and slots[0] in buf.column
+        buf = None if report.first else self._owed(slots[0])  # the rollout this step's outcome belongs to
         episodes = list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
-        if in_rollout and not report.first:
-            cols = buf.columns(slots)
-            buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
-            t = buf.completed[cols[0]] - 1
-            for i, obs in zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []):
-                if report.truncated[i] and not report.terminated[i]:
-                    buf.final_obs[(t, cols[i])] = torch.from_numpy(obs.copy())
-        # a view of the received frame (it stays alive while referenced): copied once, into the rollout
-        item = Waiting(actor, report.group, slots, report.obs, episodes)
         key = (actor.identity, report.group)
-        if in_rollout and buf.wants_action(buf.column[slots[0]]):
+        finals = dict(zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []))
+        obs = report.obs  # a view of the received frame (alive while referenced): copied once, into the rollout
+        if self.frames is not None:  # the actor sent newest frames only: stack them here
+            finals = {i: self.frames.with_frame(key, i, frame) for i, frame in finals.items()}
+            restart = np.ones(len(obs), bool) if report.first else report.terminated | report.truncated
+            obs = self.frames.push(key, obs, restart)
+        item = Waiting(actor, report.group, slots, obs, episodes, buf)
+        if buf is None:  # a new actor: it joins when the next rollout starts
+            self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
+            return
+        cols = buf.columns(slots)
+        buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
+        t = buf.completed[cols[0]] - 1
+        for i, final in finals.items():
+            if report.truncated[i] and not report.terminated[i]:
+                buf.final_obs[(t, cols[i])] = torch.from_numpy(final.copy())
+        if buf.wants_action(cols[0]):
             self.waiting[key] = item
             return
-        if in_rollout:  # T steps done: this obs bootstraps the rollout and starts the next one
-            for col, obs in zip(buf.columns(slots), item.obs):
-                buf.bootstrap_obs[col] = torch.from_numpy(obs.copy())
-        self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
+        for col, o in zip(cols, obs):  # T steps done: this obs bootstraps the rollout and starts the next one
+            buf.bootstrap_obs[col] = torch.from_numpy(o.copy())
+        if self.flow_through and buf is self.buffer:
+            if self.next is None:
+                self._start_next()
+            if slots[0] in self.next.column:
+                item.buffer = self.next
+                self.waiting[key] = item
+                return
+        self.parked[key] = item
+
+    def _owed(self, slot: int) -> RolloutBuffer | None:
+        """The rollout holding an action for `slot` whose outcome has not arrived yet."""
+        for buf in (self.buffer, self.next):
+            if buf is not None and slot in buf.column and buf.completed[buf.column[slot]] < buf.acted[buf.column[slot]]:
+                return buf
+        return None
 
     def _infer(self) -> None:
         if not self.waiting or self.buffer is None:
@@ -141,8 +185,8 @@ class Collector:
             if w.actor.identity not in self.gateway.registry:
                 start = end
                 continue
-            self.buffer.record_actions(self.buffer.columns(w.slots), result.obs[start:end], result.actions_t[start:end],
-                                       result.logprobs[start:end], result.values[start:end])
+            w.buffer.record_actions(w.buffer.columns(w.slots), result.obs[start:end], result.actions_t[start:end],
+                                    result.logprobs[start:end], result.values[start:end])
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
 
@@ -162,10 +206,13 @@ class Collector:
         for key in [k for k in (*self.waiting, *self.parked) if k[0] == actor.identity]:
             self.waiting.pop(key, None)
             self.parked.pop(key, None)
-        if self.buffer is not None:
-            for slot in actor.slots:
-                if slot in self.buffer.column:
-                    self.buffer.mark_dead(self.buffer.column[slot])
+        if self.frames is not None:
+            for group in range(actor.groups):
+                self.frames.forget((actor.identity, group))
+        for buf in (self.buffer, self.next):
+            for slot in actor.slots if buf is not None else ():
+                if slot in buf.column:
+                    buf.mark_dead(buf.column[slot])
 
     def forgive_pause(self) -> None:
         self.gateway.registry.touch_all()

@@ -47,6 +47,8 @@ class ClusterConfig:
     """actor processes launch.py starts"""
     envs_per_actor: int = 1
     """environments each actor process hosts"""
+    stack_on_learner: bool = True
+    """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "tcp://127.0.0.1:5555"
     """where the learner binds its request socket (tcp:// or ipc://); port 0 picks a free one"""
     weights_address: str = "tcp://127.0.0.1:5556"

@@ -6,6 +6,7 @@ their own modules.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from learner.policy import Policy
 from learner.ppo import PPOUpdater
 from learner.update_runner import UpdateRunner
 from learner.weights import WeightPublisher
+from protocol.settings import EnvSettings
 
 log = logging.getLogger("learner")
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
@@ -57,10 +59,10 @@ def pick_device(name: str) -> torch.device:
     return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
 
 
-def probe_spaces(cfg: Config):
-    """Build one env locally to learn the spaces every actor must match."""
+def probe_spaces(settings: EnvSettings, seed: int):
+    """Build one env locally to learn its spaces."""
     from actor.envs import describe_spaces, make_env
-    env = make_env(cfg.env, cfg.run.seed)
+    env = make_env(settings, seed)
     try:
         return describe_spaces(env)
     finally:
@@ -111,7 +113,11 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
     torch.manual_seed(r.seed)
     device = pick_device(r.device)
     with starting(f"cannot make env {cfg.env.env_id!r}"):
-        obs_space, action_space = probe_spaces(cfg)
+        obs_space, action_space = probe_spaces(cfg.env, r.seed)
+        # the actors' env: without its FrameStack when the learner stacks their newest frames
+        stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
+        actor_env = dataclasses.replace(cfg.env, frame_stack=1) if stack > 1 else cfg.env
+        actor_obs_space = probe_spaces(actor_env, r.seed)[0] if stack > 1 else obs_space
     with starting("cannot build the model"):
         model = build_model(obs_space, action_space, cfg.model).to(device)
     obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
@@ -148,7 +154,7 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
             curve.start_authenticator(ctx)
     run_id = uuid.uuid4().hex[:12]
     with starting(f"cannot bind {cfg.cluster.address} (another learner there? port 0 picks a free one)"):
-        gateway = Gateway(ctx, cfg.cluster.address, cfg.env, obs_space, action_space, r.seed, state["update"],
+        gateway = Gateway(ctx, cfg.cluster.address, actor_env, actor_obs_space, action_space, r.seed, state["update"],
                           run_id, cfg.cluster.max_message_mb << 20, curve=curve)
     with starting(f"cannot bind {cfg.cluster.weights_address} (another learner there? port 0 picks a free one)"):
         publisher = WeightPublisher(ctx, cfg.cluster.weights_address, curve=curve)
@@ -156,12 +162,15 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
                               "pid": os.getpid(), "run_id": run_id})
     log.info("learner on %s (weights on %s), device %s, model %s", gateway.endpoint, publisher.endpoint, device,
              type(model).__name__)
+    if stack > 1:
+        log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
     policy = Policy(model, action_space, device, obs_norm, seed=r.seed + state["update"],
                     random_actions=r.random_policy)
     collector = Collector(gateway, policy, p.num_steps, obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32),
                           action_space.shape, torch.long if action_space.kind == "discrete" else torch.float32,
-                          device, cfg.cluster.actor_timeout_s, lockstep=r.deterministic)
+                          device, cfg.cluster.actor_timeout_s, lockstep=r.deterministic, frame_stack=stack)
     collector.version = state["version"]
+    collector.flow_through = r.collect_only and not r.deterministic  # no update: no weights to wait for
     generator = torch.Generator(device=device)
     generator.manual_seed(r.seed + 1 + state["update"])
     metrics = MetricsWriter(run_dir, cfg)

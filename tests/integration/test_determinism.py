@@ -30,3 +30,24 @@ def test_same_seed_same_metrics(tmp_path):
     assert ep_a == ep_b
     c, _ = _run(tmp_path / "c", seed=4)
     assert c != a, "a different seed must give different metrics (else the comparison proves nothing)"
+
+
+def _breakout(run_dir, *sets):
+    result = run_launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--deterministic",
+                        "--total-steps", "1024", "--set", "env.max_episode_steps=40", *sets, timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert_no_stragglers(run_dir)
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS and k != "events"} for r in lines]
+
+
+def test_learner_side_frame_stacking_trains_exactly_like_actor_side(tmp_path):
+    """Actors sending newest frames only (the learner stacks them) must give the very same training as
+    actors sending whole stacks: same losses, KL and returns, through life losses and truncations."""
+    learner_side = _breakout(tmp_path / "learner", "--set", "cluster.stack_on_learner=true")
+    actor_side = _breakout(tmp_path / "actor", "--set", "cluster.stack_on_learner=false")
+    assert len(learner_side) == 16 and learner_side[-1]["episodes"] >= 4  # 40-step games: truncations
+    stacking = "the learner stacks the last 4"
+    assert stacking in (tmp_path / "learner" / "learner.log").read_text()
+    assert stacking not in (tmp_path / "actor" / "learner.log").read_text()
+    assert learner_side == actor_side
