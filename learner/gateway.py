@@ -16,12 +16,13 @@ from protocol import messages as m
 from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
-from protocol.transport import bind_router, recv_frames
+from protocol.transport import bind_router
 from learner.actors import ActorEntry, ActorRegistry
 
 log = logging.getLogger("learner")
 
 MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
+_NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
 
 
 def env_seed(run_seed: int, slot: int, generation: int) -> int:
@@ -40,6 +41,8 @@ class Gateway:
                  action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
                  curve=None):
         self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
+        self._poller = zmq.Poller()
+        self._poller.register(self.sock, zmq.POLLIN)
         self.registry = ActorRegistry()
         self.settings, self.obs_space, self.action_space = settings, obs_space, action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
@@ -54,13 +57,31 @@ class Gateway:
     def poll(self, timeout_ms: int) -> list[Incoming]:
         """Everything that has arrived (waiting up to timeout_ms for the first message)."""
         out = []
-        frames = recv_frames(self.sock, timeout_ms)
-        while frames is not None and len(out) < MAX_BATCH_MESSAGES:
+        if not self._poller.poll(timeout_ms):  # kept: Socket.poll() would build a Poller per call
+            return out
+        for _ in range(MAX_BATCH_MESSAGES):
+            frames = self._recv()
+            if frames is None:
+                break
             item = self._admit(frames)
             if item is not None:
                 out.append(item)
-            frames = recv_frames(self.sock, 0)
         return out
+
+    def _recv(self) -> list | None:
+        """One queued message as zmq.Frames (zero-copy), or None when none is left.
+
+        Not recv_multipart(): pyzmq's getsockopt (RCVMORE, EVENTS) looks the option up as a Python enum
+        on every call, several microseconds per message; Frame.more is a plain C read."""
+        try:
+            frame = self.sock.recv(_NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        frames = [frame]
+        while frame.more:  # the rest of a multipart message is already queued: no NOBLOCK needed
+            frame = self.sock.recv(copy=False)
+            frames.append(frame)
+        return frames
 
     def _admit(self, frames) -> Incoming | None:
         identity = bytes(frames[0])
@@ -129,8 +150,12 @@ class Gateway:
         return self._send(entry.identity, m.Actions(group, actions, version), entry)
 
     def _send(self, identity: bytes, msg, entry: ActorEntry | None = None) -> bool:
-        try:
-            self.sock.send_multipart([identity, *m.encode(msg)], flags=zmq.NOBLOCK)
+        frames = m.encode(msg)
+        try:  # frame by frame with int flags: send_multipart would OR enum flags in Python per call
+            self.sock.send(identity, _SNDMORE_NOBLOCK)
+            for frame in frames[:-1]:
+                self.sock.send(frame, _SNDMORE_NOBLOCK)
+            self.sock.send(frames[-1], _NOBLOCK)
             return True
         except zmq.ZMQError as exc:  # unroutable (peer gone) or its queue is full
             if entry is not None:

@@ -18,17 +18,19 @@ from protocol.spaces import SpaceSpec
 
 @dataclass
 class ActResult:
+    """Tensors on the policy's device; numpy arrays where no tensor was needed (RolloutBuffer takes both)."""
     actions: np.ndarray  # what is sent to the actors
-    obs: torch.Tensor  # what the network saw (stored in the rollout)
-    actions_t: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
+    obs: torch.Tensor | np.ndarray  # what the network saw (stored in the rollout)
+    actions_t: torch.Tensor | np.ndarray
+    logprobs: torch.Tensor | np.ndarray
+    values: torch.Tensor | np.ndarray
 
 
 class Policy:
     def __init__(self, model: ActorCritic, action_space: SpaceSpec, device: torch.device,
                  obs_norm: ObsNormalizer | None, seed: int, random_actions: bool = False):
         self.model, self.action_space, self.device = model, action_space, device
+        self.on_cpu = torch.device(device).type == "cpu"
         self.obs_norm = obs_norm
         self.random_actions = random_actions
         self.generator = torch.Generator(device=device)
@@ -50,11 +52,14 @@ class Policy:
             self.obs_norm.update(t)
         return self.obs_norm(t)
 
-    @torch.no_grad()
     def act(self, obs: np.ndarray) -> ActResult:
-        x = self.prepare(obs, update_stats=True)
         if self.random_actions:
-            return self._random(x, len(obs))
+            return self._random(obs)
+        return self._act(obs)
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray) -> ActResult:
+        x = self.prepare(obs, update_stats=True)
         action, logprob, value = self.model.act(x, generator=self.generator)
         return ActResult(action.cpu().numpy(), x, action, logprob, value)
 
@@ -68,13 +73,19 @@ class Policy:
             return torch.zeros(len(obs), device=self.device)
         return self.model.value(x)
 
-    def _random(self, x: torch.Tensor, n: int) -> ActResult:
-        space = self.action_space
+    def _random(self, obs: np.ndarray) -> ActResult:
+        n, space = len(obs), self.action_space
         if space.kind == "discrete":
             actions = self.rng.integers(0, space.n, size=n, dtype=np.int64)
         else:
             low = np.asarray(space.low, np.float32).reshape(space.shape)
             high = np.asarray(space.high, np.float32).reshape(space.shape)
             actions = self.rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
+        if self.on_cpu and self.obs_norm is None:
+            # nothing to compute: plain arrays, which a CPU rollout stores without torch's per-op overhead
+            zeros = np.zeros(n, np.float32)
+            return ActResult(actions, obs, actions, zeros, zeros)
+        with torch.no_grad():
+            x = self.prepare(obs, update_stats=True)
         zeros = torch.zeros(n, device=self.device)
         return ActResult(actions, x, torch.from_numpy(actions).to(self.device), zeros, zeros)

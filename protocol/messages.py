@@ -175,8 +175,8 @@ def _check(arrays, name, dtype, shape):
         raise ProtocolError(f"missing array {name!r}")
     if codec.DTYPE_NAMES.get(arr.dtype) != dtype:
         raise ProtocolError(f"array {name!r}: dtype {arr.dtype.name}, expected {dtype}")
-    if shape is not None and tuple(arr.shape) != tuple(shape):
-        raise ProtocolError(f"array {name!r}: shape {tuple(arr.shape)}, expected {tuple(shape)}")
+    if shape is not None and arr.shape != shape:  # shape: a tuple, like arr.shape
+        raise ProtocolError(f"array {name!r}: shape {arr.shape}, expected {shape}")
     return arr
 
 
@@ -194,11 +194,12 @@ def _step(body, arrays, expect):
     if obs.ndim == 0:
         raise ProtocolError("array 'obs': needs a leading env dimension")
     k = obs.shape[0] if k is None else k
+    per_env = (k,)
     report = StepReport(
         group=_group(body, expect), obs=obs, first=bool(_get(body, "first", bool)),
-        rewards=_check(arrays, "rewards", "float32", (k,)),
-        terminated=_check(arrays, "terminated", "bool", (k,)),
-        truncated=_check(arrays, "truncated", "bool", (k,)),
+        rewards=_check(arrays, "rewards", "float32", per_env),
+        terminated=_check(arrays, "terminated", "bool", per_env),
+        truncated=_check(arrays, "truncated", "bool", per_env),
         episode_returns=_check(arrays, "episode_returns", "float64", None),
         episode_lengths=_check(arrays, "episode_lengths", "int64", None),
         final_index=_check(arrays, "final_index", "int64", None),
@@ -216,7 +217,7 @@ def _step(body, arrays, expect):
         _check(arrays, "final_obs", codec.DTYPE_NAMES[obs.dtype], (n_final, *obs.shape[1:]))
     elif report.final_obs is not None and (report.final_obs.ndim == 0 or len(report.final_obs)):
         raise ProtocolError("step: final_obs given without final_index")
-    if not np.isfinite(report.rewards).all():
+    if not np.logical_and.reduce(np.isfinite(report.rewards)):  # = .all(), without its Python-level wrapper
         raise ProtocolError("step: rewards must be finite")
     return report
 

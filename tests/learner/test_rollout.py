@@ -71,3 +71,20 @@ def test_non_contiguous_columns_are_written_to_the_right_place():
     assert buf.obs[0, :, 0].tolist() == [1.0, -1.0, 2.0]
     assert buf.actions[0].tolist() == [4, 0, 5]
     assert buf.acted == [1, 0, 1]
+
+
+def test_numpy_views_and_the_torch_path_write_the_same():
+    """On CPU, writes go through numpy views of the storage; elsewhere (a GPU) through torch: same result."""
+    bufs = [make(n=3, T=2), make(n=3, T=2)]
+    bufs[1]._host = None  # the path a non-CPU device takes
+    for buf in bufs:
+        buf.obs.fill_(0.0)
+        for cols in ([0, 1], [2]), ([0, 2], [1]):  # contiguous and not
+            for group in cols:
+                k = len(group)
+                obs = np.arange(2 * k, dtype=np.float32).reshape(k, 2) + 10 * group[0]  # numpy: random policy
+                buf.record_actions(group, obs, np.array(group), np.zeros(k, np.float32), torch.full((k,), 0.5))
+                buf.record_outcome(group, np.full(k, 1.5, np.float32), np.array([True] * k), np.zeros(k, bool))
+    for name in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated"):
+        assert torch.equal(getattr(bufs[0], name), getattr(bufs[1], name)), name
+    assert bufs[0].obs[1, :, 0].tolist() == [0.0, 10.0, 2.0] and bufs[0].actions[1].tolist() == [0, 1, 2]
