@@ -11,6 +11,7 @@ catches up.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ class Waiting:
     obs: np.ndarray
     episodes: list = field(default_factory=list)
     buffer: RolloutBuffer | None = None  # the rollout its actions go into
+    fresh: bool = False  # its envs were just (re)started: a join, or a restart
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Collector:
         self.double_buffer = False  # policy lag: the previous rollout is still being trained on
         self.flow_through = False
         self._older: RolloutBuffer | None = None
+        self.rollouts = 0  # started so far (in this process)
         self.episodes = EpisodeStats()
         gateway.on_retire = self._on_retire
 
@@ -80,20 +83,36 @@ class Collector:
         return sum(len(w.slots) for w in self.parked.values())
 
     def collect(self, min_envs: int, should_stop) -> RolloutBuffer | None:
-        """Run until the rollout is complete; None when asked to stop first."""
+        """Run until the rollout is complete; None when asked to stop first.
+
+        min_envs gates the first rollout only: later ones start with whatever is connected, so a run goes
+        on after actors are lost for good (with no live env at all it waits, saying so)."""
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
         else:
-            while self.parked_slots() < max(min_envs, 1):
-                if should_stop():
-                    return None
-                self._pump(100)
+            if not self._await_envs(max(min_envs, 1) if self.rollouts == 0 else 1, should_stop):
+                return None
             self._start_rollout()
+        self.rollouts += 1
         while not self.buffer.is_complete():
             if should_stop():
                 return None
             self._pump(100)
         return self.buffer
+
+    def _await_envs(self, need: int, should_stop) -> bool:
+        """Wait for `need` env slots ready to start a rollout, logging every actor_timeout_s."""
+        said = time.monotonic()
+        while self.parked_slots() < need:
+            if should_stop():
+                return False
+            self._pump(100)
+            if time.monotonic() - said >= self.actor_timeout_s:
+                said = time.monotonic()
+                log.warning("waiting for actors: %d env slots ready, %d needed to start the %s rollout "
+                            "(%d actors connected)", self.parked_slots(), need,
+                            "first" if self.rollouts == 0 else "next", len(self.gateway.registry))
+        return True
 
     def _start_rollout(self) -> None:
         groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
@@ -103,6 +122,7 @@ class Collector:
         self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse)
         for w in groups:
             w.buffer = self.buffer
+            self._mark_fresh(w)
         self.waiting, self.parked = {(w.actor.identity, w.group): w for w in groups}, {}
         self._infer()
 
@@ -114,8 +134,15 @@ class Collector:
         self.next = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self._older)
         for key, w in self.parked.items():
             w.buffer = self.next
+            self._mark_fresh(w)
             self.waiting[key] = w
         self.parked = {}
+
+    @staticmethod
+    def _mark_fresh(w: Waiting) -> None:
+        if w.fresh:
+            w.buffer.fresh.update(w.buffer.columns(w.slots))
+            w.fresh = False
 
     def _pump(self, timeout_ms: int) -> None:
         for item in self.gateway.poll(timeout_ms):
@@ -138,7 +165,7 @@ class Collector:
             finals = {i: self.frames.with_frame(key, i, frame) for i, frame in finals.items()}
             restart = np.ones(len(obs), bool) if report.first else report.terminated | report.truncated
             obs = self.frames.push(key, obs, restart)
-        item = Waiting(actor, report.group, slots, obs, episodes, buf)
+        item = Waiting(actor, report.group, slots, obs, episodes, buf, fresh=report.first)
         if buf is None:  # a new actor: it joins when the next rollout starts
             self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
             return

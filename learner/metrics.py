@@ -116,6 +116,31 @@ class EvalReader:
         return self.latest
 
 
+def drop_rows_after(path: Path, update: int) -> int:
+    """Remove the lines of a per-update log (metrics.jsonl, episodes.jsonl) written after `update`.
+
+    After a crash the log runs ahead of the newest checkpoint; a resume repeats those updates, so their
+    old rows go (moved aside to PATH.dropped) and the log stays one clean, increasing curve. Returns how
+    many lines were dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    keep, drop = [], []
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            row_update = json.loads(line).get("update", 0)
+        except (ValueError, AttributeError):
+            row_update = None  # a half-written last line from the crash
+        (keep if isinstance(row_update, int) and row_update <= update else drop).append(line)
+    if drop:
+        with open(path.with_name(path.name + ".dropped"), "a") as f:
+            f.writelines(line if line.endswith("\n") else line + "\n" for line in drop)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        tmp.replace(path)
+    return len(drop)
+
+
 def _clean(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None  # JSON has no NaN; null means "not defined yet"

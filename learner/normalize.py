@@ -73,10 +73,13 @@ class RewardScaler(nn.Module):
     instead, which drops the last reward's history; we keep the baselines order.)
     The reward is only scaled, never shifted, so the sign of every reward survives.
 
-    Envs are identified by slot index 0..num_envs-1. When the set of env slots changes (elastic actors),
-    call resize(): existing slots keep their running returns, new ones start at 0. A slot whose env is
-    replaced by a fresh one should be reset(slots). Per-env returns are part of the state_dict, so a
-    restored scaler continues exactly where it stopped (load_state_dict adopts the saved number of slots).
+    Each env keeps its running return under its slot id, not under its column in a rollout: with elastic
+    actors a join or leave shifts the columns, never one env's return onto another. Pass `slots` (the
+    slot id of each column) and the table grows as new slot ids appear; a slot whose env is replaced by a
+    fresh one must be reset(slots). Steps outside `valid` (cut from the rollout) neither update the
+    statistics nor the returns. Without `slots`, columns are slots 0..num_envs-1. Per-env returns are part
+    of the state_dict, so a restored scaler continues exactly where it stopped (load_state_dict adopts the
+    saved number of slots).
     """
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
@@ -101,34 +104,50 @@ class RewardScaler(nn.Module):
         """Restart the discounted return of the given slots (all when None)."""
         if slots is None:
             self.returns.zero_()
-        else:
+        elif len(slots):
+            self._grow(max(slots) + 1)
             self.returns[torch.as_tensor(slots, dtype=torch.long, device=self.returns.device)] = 0.0
+
+    def _grow(self, num_envs: int) -> None:
+        if num_envs > self.num_envs:
+            self.resize(num_envs)
 
     @property
     def std(self) -> float:
         return float((self.rms.var + self.eps).sqrt())
 
     @torch.no_grad()
-    def forward(self, rewards: torch.Tensor, dones: torch.Tensor, update: bool = True) -> torch.Tensor:
-        """Scale rewards [N] (one step) or [T, N] (steps in time order) for slots 0..N-1; returns float32.
+    def forward(self, rewards: torch.Tensor, dones: torch.Tensor, update: bool = True, slots=None,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Scale rewards [N] (one step) or [T, N] (steps in time order); returns float32.
 
-        dones has the same shape: done[t] means step t ended its episode. With update=False the
-        statistics and returns are left untouched (evaluation).
+        dones has the same shape: done[t] means step t ended its episode. slots: the slot id of each of
+        the N columns (default 0..N-1); valid: [T, N], the steps that really happened. With update=False
+        the statistics and returns are left untouched (evaluation).
         """
         rewards = torch.as_tensor(rewards)
         dones = torch.as_tensor(dones)
         if rewards.dim() == 1:
-            return self(rewards[None], dones[None], update)[0]
-        if rewards.shape[-1] != self.num_envs:
-            raise ValueError(f"RewardScaler: {rewards.shape[-1]} envs in the rewards but {self.num_envs} slots; "
-                             "call resize() when the env set changes")
+            return self(rewards[None], dones[None], update, slots, None if valid is None else valid[None])[0]
+        if slots is None:
+            if rewards.shape[-1] != self.num_envs:
+                raise ValueError(f"RewardScaler: {rewards.shape[-1]} envs in the rewards but {self.num_envs} slots; "
+                                 "call resize() or pass slots when the env set changes")
+            slots = range(self.num_envs)
+        elif len(slots) != rewards.shape[-1]:
+            raise ValueError(f"RewardScaler: {len(slots)} slots for {rewards.shape[-1]} columns")
+        index = torch.as_tensor(list(slots), dtype=torch.long, device=self.returns.device)
+        if len(index):
+            self._grow(int(index.max()) + 1)
         out = torch.empty(rewards.shape, dtype=torch.float32, device=rewards.device)
         for t in range(rewards.shape[0]):
             r = rewards[t].to(self.returns.device, torch.float64)
             if update:
-                ret = self.returns * self.gamma + r
-                self.rms.update(ret)
-                self.returns = ret.masked_fill(dones[t].to(ret.device).bool(), 0.0)
+                live = torch.ones_like(r, dtype=torch.bool) if valid is None else valid[t].to(r.device).bool()
+                ret = self.returns[index] * self.gamma + r
+                self.rms.update(ret[live])
+                ret = ret.masked_fill(dones[t].to(ret.device).bool(), 0.0)
+                self.returns[index[live]] = ret[live]
             scaled = (r / (self.rms.var + self.eps).sqrt()).clamp(-self.clip, self.clip)
             out[t] = scaled.to(out.device, torch.float32)
         return out

@@ -78,24 +78,24 @@ class PPOUpdater:
     minibatch's approx_kl exceeds target_kl.
     """
 
-    def __init__(self, model: nn.Module, cfg: PPOConfig, total_updates: int, device: torch.device | str):
-        if total_updates < 1:
-            raise ValueError(f"PPOUpdater: total_updates must be >= 1, got {total_updates}")
+    def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str):
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.cfg = cfg
-        self.total_updates = total_updates
         self.beta = cfg.kl_beta
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
 
-    def learning_rate(self, update: int) -> float:
-        """update counts from 1; the rate falls linearly to 0 at total_updates + 1 and never below."""
+    def learning_rate(self, progress: float) -> float:
+        """progress: the run's env steps done before this update's rollout / run.total_steps.
+
+        The rate falls linearly to 0 at the end of the run and never below. It follows env steps, not an
+        update count derived from the configured width, so it ends at ~0 however many envs were live
+        (joins, leaves, a resume with another actor count); CleanRL's schedule when the width is fixed."""
         if not self.cfg.anneal_lr:
             return self.cfg.learning_rate
-        frac = 1.0 - (update - 1.0) / self.total_updates
-        return self.cfg.learning_rate * max(frac, 0.0)
+        return self.cfg.learning_rate * min(max(1.0 - progress, 0.0), 1.0)
 
-    def update(self, batch: dict[str, torch.Tensor], update: int,
+    def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
         cfg = self.cfg
         obs, actions = batch["obs"], batch["actions"]
@@ -105,7 +105,7 @@ class PPOUpdater:
         if n == 0:
             raise ValueError("PPOUpdater.update: empty batch")
 
-        lr = self.learning_rate(update)
+        lr = self.learning_rate(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         params = [p for p in self.model.parameters() if p.requires_grad]

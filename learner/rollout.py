@@ -38,6 +38,7 @@ class RolloutBuffer:
         self.acted = [0] * N     # actions sent per column (obs[t], actions[t], ... written for t < acted)
         self.completed = [0] * N  # steps whose outcome (reward, flags) has arrived
         self.dead = [False] * N
+        self.fresh: set[int] = set()  # columns whose env was (re)started for this rollout: new returns
         self.bootstrap_obs: dict[int, torch.Tensor] = {}         # column -> observation after step T-1
         self.final_obs: dict[tuple[int, int], torch.Tensor] = {}  # (t, column) -> last obs before a truncation
         self._host = None  # on a CPU device: numpy views sharing the storage of what _put writes
@@ -110,12 +111,19 @@ class RolloutBuffer:
             vals = value_fn(torch.stack(extra_obs))
             for (t, col), v in zip(targets, vals):
                 self.next_values[t, col] = v
-        dones = self.terminated | self.truncated
         for col in range(self.N):
+            if self.dead[col] and col not in self.bootstrap_obs:
+                self._cut(col)
+        return {"dones": self.terminated | self.truncated, "valid": self.valid_mask()}
+
+    def _cut(self, col: int) -> None:
+        """End a vanished actor's column at its last step whose bootstrap is known."""
+        while self.completed[col] > 0:
             n = self.completed[col]
-            if self.dead[col] and 0 < n < self.T and not self.terminated[n - 1, col]:
-                # values[n] is V(obs that followed step n-1): it was inferred before the actor vanished
-                dones[n - 1, col] = True
+            if self.terminated[n - 1, col] or self.truncated[n - 1, col]:
+                return  # the env ended the episode there: V(final obs) (or nothing) already bootstraps it
+            if self.acted[col] > n:  # values[n] is V(the obs that followed step n-1), inferred in time
                 self.truncated[n - 1, col] = True
-                self.next_values[n - 1, col] = self.values[n, col] if self.acted[col] > n else 0.0
-        return {"dones": dones, "valid": self.valid_mask()}
+                self.next_values[n - 1, col] = self.values[n, col]
+                return
+            self.completed[col] = n - 1  # the next obs never reached inference: drop the step

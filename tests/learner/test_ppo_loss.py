@@ -117,9 +117,9 @@ def make_model(action_space=SpaceSpec(kind="discrete", n=3), seed=0):
 def test_update_first_minibatch_ratio_is_one(action_space):
     model = make_model(action_space)
     cfg = PPOConfig(update_epochs=3, num_minibatches=4, learning_rate=1e-2)
-    updater = PPOUpdater(model, cfg, total_updates=10, device="cpu")
+    updater = PPOUpdater(model, cfg, device="cpu")
     before = [p.detach().clone() for p in model.parameters()]
-    stats = updater.update(make_batch(model), update=1, generator=torch.Generator().manual_seed(1))
+    stats = updater.update(make_batch(model), progress=0.0, generator=torch.Generator().manual_seed(1))
     assert stats["first_minibatch_ratio_max_dev"] < 1e-6
     assert stats["first_minibatch_clip_fraction"] == 0.0
     assert stats["epochs_run"] == 3 and stats["minibatches"] == 12
@@ -130,22 +130,22 @@ def test_update_first_minibatch_ratio_is_one(action_space):
 
 
 def test_learning_rate_annealing():
-    updater = PPOUpdater(make_model(), PPOConfig(learning_rate=1e-3), total_updates=10, device="cpu")
-    assert updater.learning_rate(1) == pytest.approx(1e-3)
-    assert updater.learning_rate(6) == pytest.approx(5e-4)
-    assert updater.learning_rate(10) == pytest.approx(1e-4)
-    assert updater.learning_rate(11) == 0.0
-    assert updater.learning_rate(50) == 0.0
-    const = PPOUpdater(make_model(), PPOConfig(learning_rate=1e-3, anneal_lr=False), total_updates=10, device="cpu")
-    assert const.learning_rate(9) == pytest.approx(1e-3)
-    updater.update(make_batch(updater.model), update=6)
+    updater = PPOUpdater(make_model(), PPOConfig(learning_rate=1e-3), device="cpu")
+    assert updater.learning_rate(0.0) == pytest.approx(1e-3)
+    assert updater.learning_rate(0.5) == pytest.approx(5e-4)
+    assert updater.learning_rate(0.9) == pytest.approx(1e-4)
+    assert updater.learning_rate(1.0) == 0.0
+    assert updater.learning_rate(1.7) == 0.0  # more steps than configured (a resume past the end)
+    const = PPOUpdater(make_model(), PPOConfig(learning_rate=1e-3, anneal_lr=False), device="cpu")
+    assert const.learning_rate(0.9) == pytest.approx(1e-3)
+    updater.update(make_batch(updater.model), progress=0.5)
     assert updater.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
 
 
 def test_grad_norm_clipped():
     model = make_model()
-    updater = PPOUpdater(model, PPOConfig(max_grad_norm=1e-3, update_epochs=1), total_updates=1, device="cpu")
-    stats = updater.update(make_batch(model), update=1)
+    updater = PPOUpdater(model, PPOConfig(max_grad_norm=1e-3, update_epochs=1), device="cpu")
+    stats = updater.update(make_batch(model), progress=0.0)
     assert stats["grad_norm"] > 1e-3  # the raw norm was larger, so clipping did something
     # the gradients left from the last minibatch are the clipped ones the optimizer used
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
@@ -157,26 +157,26 @@ def test_minibatch_remainder_spread():
     sizes = []
     evaluate = model.evaluate
     model.evaluate = lambda obs, act: (sizes.append(obs.shape[0]), evaluate(obs, act))[1]
-    updater = PPOUpdater(model, PPOConfig(update_epochs=2, num_minibatches=4), total_updates=1, device="cpu")
-    updater.update(make_batch(model, n=10), update=1)
+    updater = PPOUpdater(model, PPOConfig(update_epochs=2, num_minibatches=4), device="cpu")
+    updater.update(make_batch(model, n=10), progress=0.0)
     assert sizes == [3, 3, 2, 2, 3, 3, 2, 2]
 
 
 def test_early_stop_on_target_kl():
     model = make_model()
     cfg = PPOConfig(update_epochs=4, learning_rate=0.05, target_kl=1e-9)
-    stats = PPOUpdater(model, cfg, total_updates=1, device="cpu").update(make_batch(model), update=1)
+    stats = PPOUpdater(model, cfg, device="cpu").update(make_batch(model), progress=0.0)
     assert stats["epochs_run"] == 1
 
 
 def test_kl_variant_adapts_beta_and_state_round_trip():
     model = make_model()
     cfg = PPOConfig(variant="kl", kl_target=1e3, kl_beta=1.0, update_epochs=1)  # measured KL far below target
-    updater = PPOUpdater(model, cfg, total_updates=5, device="cpu")
-    stats = updater.update(make_batch(model), update=1)
+    updater = PPOUpdater(model, cfg, device="cpu")
+    stats = updater.update(make_batch(model), progress=0.0)
     assert stats["kl_beta"] == pytest.approx(0.5) and updater.beta == pytest.approx(0.5)
     assert "kl_penalty" in stats
-    other = PPOUpdater(make_model(), cfg, total_updates=5, device="cpu")
+    other = PPOUpdater(make_model(), cfg, device="cpu")
     other.load_state_dict(updater.state_dict())
     assert other.beta == pytest.approx(0.5)
     assert other.optimizer.state_dict()["state"].keys() == updater.optimizer.state_dict()["state"].keys()
@@ -186,8 +186,8 @@ def test_update_deterministic_with_generator():
     results = []
     for _ in range(2):
         model = make_model(seed=5)
-        updater = PPOUpdater(model, PPOConfig(), total_updates=3, device="cpu")
-        stats = updater.update(make_batch(model), update=1, generator=torch.Generator().manual_seed(9))
+        updater = PPOUpdater(model, PPOConfig(), device="cpu")
+        stats = updater.update(make_batch(model), progress=0.0, generator=torch.Generator().manual_seed(9))
         results.append((stats, [p.detach().clone() for p in model.parameters()]))
     assert results[0][0] == results[1][0]
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))

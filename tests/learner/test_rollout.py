@@ -88,3 +88,56 @@ def test_numpy_views_and_the_torch_path_write_the_same():
     for name in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated"):
         assert torch.equal(getattr(bufs[0], name), getattr(bufs[1], name)), name
     assert bufs[0].obs[1, :, 0].tolist() == [0.0, 10.0, 2.0] and bufs[0].actions[1].tolist() == [0, 1, 2]
+
+
+def test_dead_column_whose_last_step_was_a_truncation_keeps_the_final_obs_bootstrap():
+    buf = make(n=2, T=4)
+    for t in range(2):
+        step(buf, [0, 1], t + 1, reward=1.0, trunc=(t == 1))
+    buf.final_obs[(1, 1)] = torch.full((2,), 7.0)  # the env truncated column 1 at step 1 ...
+    buf.record_actions([1], torch.full((1, 2), 3.0), torch.zeros(1, dtype=torch.long), torch.zeros(1),
+                       torch.full((1,), 3.0))  # ... was served for the reset obs, then its actor vanished
+    buf.mark_dead(1)
+    for t in range(2, 4):
+        step(buf, [0], t + 1, reward=1.0)
+    buf.bootstrap_obs[0] = torch.full((2,), 9.0)
+    out = buf.finish(lambda obs: obs[:, 0] * 10)
+    assert out["valid"][:, 1].tolist() == [True, True, False, False]
+    assert buf.next_values[1, 1] == 70.0, "V(final obs before the truncation), not V(the reset obs)"
+    assert out["dones"][1, 1] and not buf.terminated[1, 1]
+
+
+def test_dead_column_whose_next_obs_was_never_inferred_drops_that_step():
+    buf = make(n=2, T=4)
+    for t in range(3):  # column 1 completes steps 0..2; its obs after step 2 never reached inference
+        step(buf, [0, 1], t + 1, reward=1.0)
+    buf.mark_dead(1)
+    step(buf, [0], 4, reward=1.0)
+    buf.bootstrap_obs[0] = torch.full((2,), 9.0)
+    out = buf.finish(lambda obs: obs[:, 0])
+    # step 2 has no known bootstrap (0 would make it a termination): masked out; step 1 is cut as a
+    # truncation bootstrapped from V(obs 2) = 3, which was inferred
+    assert out["valid"][:, 1].tolist() == [True, True, False, False]
+    assert out["dones"][1, 1] and buf.truncated[1, 1] and not buf.terminated[1, 1]
+    assert buf.next_values[1, 1] == 3.0
+    assert not buf.terminated[:, 1].any()
+
+
+def test_dead_column_at_full_length_without_bootstrap_drops_its_last_step():
+    buf = make(n=1, T=3)
+    for t in range(3):
+        step(buf, [0], t + 1, reward=1.0)
+    buf.mark_dead(0)  # gone after its last outcome, before its bootstrap obs was inferred
+    out = buf.finish(lambda obs: obs[:, 0])
+    assert out["valid"][:, 0].tolist() == [True, True, False]
+    assert out["dones"][1, 0] and buf.next_values[1, 0] == 3.0
+
+
+def test_dead_column_ending_in_a_termination_is_kept_as_it_is():
+    buf = make(n=1, T=3)
+    step(buf, [0], 1, reward=1.0)
+    step(buf, [0], 2, reward=5.0, term=True)
+    buf.mark_dead(0)
+    out = buf.finish(lambda obs: obs[:, 0])
+    assert out["valid"][:, 0].tolist() == [True, True, False]
+    assert buf.terminated[1, 0] and not buf.truncated[1, 0]
