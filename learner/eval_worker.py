@@ -7,7 +7,8 @@ Each evaluation appends one JSON line to RUN_DIR/eval.jsonl::
 
 which the learner merges into its metrics records (learner.metrics.EvalReader). Every `eval.video_every`
 updates the first episode is also recorded to RUN_DIR/videos/update_XXXXXXXX.mp4. Evaluation episodes
-are whole games (no episodic life) with `eval.sticky_actions` (-1: as in training) and `eval.greedy`.
+are whole games, played with the training env recipe (learner.evaluate.eval_settings: after a lost life
+FIRE is pressed where training pressed it), `eval.sticky_actions` (-1: as in training) and `eval.greedy`.
 
 launch.py starts it when eval.every > 0; it exits when the learner or launch.py is gone, or on SIGTERM.
 It can also follow a run started without it:  python -m learner.eval_worker RUN_DIR [--set eval.every=10]

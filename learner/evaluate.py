@@ -4,8 +4,9 @@
     python -m learner.evaluate runs/x/checkpoints/best.pt --episodes 30 --greedy --sticky-actions 0.25
     python -m learner.evaluate runs/x --episodes 1 --video breakout.mp4
 
-Atari games are played whole (no episodic life: one episode is one game over all lives) and scored by
-the raw game score; other tasks by their own episodes. The reusable pieces (load_policy, eval_settings,
+Atari games are played whole (one episode is one game over all lives, until game over or the time limit)
+and scored by the raw game score; other tasks by their own episodes. A lost life is handled as in training:
+with the run's episodic life and FIRE reset, FIRE is pressed after each lost life just as training pressed it. The reusable pieces (load_policy, eval_settings,
 play_episodes, VideoWriter, broadcast_state/load_broadcast) also serve the eval worker during training.
 """
 from __future__ import annotations
@@ -84,9 +85,14 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> LoadedP
 
 def eval_settings(env: EnvSettings, sticky_actions: float | None = None, max_steps: int | None = None
                   ) -> EnvSettings:
-    """The training env recipe made fit for evaluation: whole games (no episodic life), optional sticky
-    actions (None or a negative value: as in training) and episode cap in agent steps (None: as in training)."""
-    changes = {"episodic_life": False}
+    """The training env recipe made fit for evaluation: optional sticky actions (None or a negative value: as
+    in training) and episode cap in agent steps (None: as in training).
+
+    Episodic life stays as trained. It does not cut the evaluated episode short (info["episode"] comes
+    from below it, at game over or the time limit), but its reset after a lost life is where training
+    pressed FIRE (FireReset) and restarted the frame stack: without it a policy that never learned to
+    press FIRE would stall in Breakout until the time limit."""
+    changes = {}
     if sticky_actions is not None and sticky_actions >= 0:
         changes["sticky_actions"] = float(sticky_actions)
     if max_steps is not None:
@@ -147,7 +153,8 @@ def play_episodes(model: ActorCritic, env, episodes: int, *, obs_norm: ObsNormal
                   greedy: bool = False, seed: int = 0, device: str | torch.device = "cpu",
                   video: VideoWriter | None = None, video_episodes: int | None = None) -> list[Episode]:
     """Play `episodes` whole episodes on a make_env env; each ends where the env reports info["episode"]
-    (its raw return and length in agent steps). With `video`, env.render() frames of the first
+    (its raw return and length in agent steps). A termination without it is a lost life under episodic
+    life: the reset that follows continues the same game. With `video`, env.render() frames of the first
     `video_episodes` episodes (None: all) are appended to it; the env must be made with render_mode="rgb_array".
     """
     generator = torch.Generator(device="cpu")

@@ -18,14 +18,15 @@ from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
 
-def test_eval_settings_play_whole_games():
+def test_eval_settings_keep_the_training_recipe():
     train = EnvSettings(sticky_actions=0.0, max_episode_steps=27000)
     s = eval_settings(train)
-    assert not s.episodic_life and s.sticky_actions == 0.0 and s.max_episode_steps == 27000
+    assert s == train  # episodic life and FIRE reset too: lost lives are handled as in training
+    assert eval_settings(EnvSettings(episodic_life=False, fire_reset=False)).episodic_life is False
     s = eval_settings(train, sticky_actions=0.25, max_steps=500)
     assert s.sticky_actions == 0.25 and s.max_episode_steps == 500
     assert eval_settings(train, sticky_actions=-1.0).sticky_actions == 0.0  # -1: as in training
-    assert train.episodic_life  # the training settings are left alone
+    assert train.sticky_actions == 0.0 and train.max_episode_steps == 27000  # the training settings are left alone
 
 
 def test_play_episodes_cartpole_returns_raw_episodes():
