@@ -54,7 +54,7 @@ class ClusterConfig:
     weights_address: str = "tcp://127.0.0.1:5556"
     """where the learner publishes weights; port 0 picks a free one"""
     min_envs: int = 0
-    """env slots the learner waits for before the first rollout (0: actors x envs_per_actor)"""
+    """env slots the learner waits for before the first rollout only (0: actors x envs_per_actor)"""
     actor_timeout_s: float = 10.0
     """an actor silent for this long while it owes a step report is retired"""
     max_message_mb: int = 64
@@ -78,7 +78,7 @@ class PPOConfig:
     learning_rate: float = 2.5e-4
     """Adam learning rate at the start"""
     anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 over total_steps"""
+    """anneal the learning rate linearly to 0 by env steps: `lr0 * (1 - env_steps_done / total_steps)`"""
     adam_eps: float = 1e-5
     """Adam epsilon"""
     update_epochs: int = 4
@@ -118,7 +118,7 @@ class ModelConfig:
 @dataclass
 class NormalizeConfig:
     obs: bool = False
-    """running mean/std observation normalization, clipped to [-clip, clip] (vector observations)"""
+    """running mean/std observation normalization, clipped to [-clip, clip] (vector observations; refused for uint8 images)"""
     reward: bool = False
     """scale rewards by the std of the discounted return, clipped to [-clip, clip]"""
     clip: float = 10.0
