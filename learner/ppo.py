@@ -6,7 +6,9 @@ import torch
 from torch import nn
 
 from learner.config import PPOConfig
+from learner.distributed import Ranks
 
+STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "loss")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
 
 
@@ -52,6 +54,11 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     return loss, stats
 
 
+def _split_sizes(n: int, parts: int) -> list[int]:
+    """The sizes torch.tensor_split gives n items in `parts` parts."""
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
 def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
     """PPO paper, section 4: halve beta below d_targ/1.5, double it above 1.5 d_targ, else keep it."""
     if measured_kl < kl_target / 1.5:
@@ -78,7 +85,8 @@ class PPOUpdater:
     minibatch's approx_kl exceeds target_kl.
     """
 
-    def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str):
+    def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None):
+        self.ranks = ranks or Ranks.single()
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.cfg = cfg
@@ -97,60 +105,72 @@ class PPOUpdater:
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
+        """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job)."""
         cfg = self.cfg
-        obs, actions = batch["obs"], batch["actions"]
-        old_logprob, old_values = batch["logprobs"], batch["values"]
-        advantages, returns = batch["advantages"], batch["returns"]
+        obs = batch["obs"]
         n = obs.shape[0]
-        if n == 0:
+        if n == 0 and not self.ranks.distributed:
             raise ValueError("PPOUpdater.update: empty batch")
-
+        counts = self.ranks.gather_ints(n)  # every rank's samples: the weights of its minibatch gradients
         lr = self.learning_rate(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
 
         totals: dict[str, float] = {}
-        minibatches = 0
-        epochs_run = 0
+        minibatches = epochs_run = 0
         first: dict[str, float] = {}
         for epoch in range(cfg.update_epochs):
             perm_device = generator.device if generator is not None else obs.device
             perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)
-            for idx in torch.tensor_split(perm, cfg.num_minibatches):
-                if idx.numel() == 0:  # fewer samples than minibatches
+            kl = 0.0
+            for i, idx in enumerate(torch.tensor_split(perm, cfg.num_minibatches)):
+                job_size = sum(_split_sizes(c, cfg.num_minibatches)[i] for c in counts)
+                if job_size == 0:  # fewer samples than minibatches, on every rank
                     continue
-                new_logprob, entropy, new_values = self.model.evaluate(obs[idx], actions[idx])
-                loss, stats = ppo_loss(new_logprob, old_logprob[idx], advantages[idx], new_values,
-                                       old_values[idx], returns[idx], entropy, cfg, beta=self.beta)
-                if not first:
-                    # Sanity check: before any step the policy is the one that collected the data.
-                    with torch.no_grad():
-                        dev = (new_logprob - old_logprob[idx]).exp().sub(1).abs().max().item()
-                    first = {"first_minibatch_ratio_max_dev": dev,
-                             "first_minibatch_clip_fraction": stats["clip_fraction"]}
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                stats["grad_norm"] = float(nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-                self.optimizer.step()
-                stats["loss"] = loss.item()
+                weight = idx.numel() / job_size
+                stats = self._step(batch, idx, weight, first)
                 for key, value in stats.items():
-                    totals[key] = totals.get(key, 0.0) + value
+                    totals[key] = totals.get(key, 0.0) + weight * value
+                kl = weight * stats.get("approx_kl", 0.0)
                 minibatches += 1
             epochs_run = epoch + 1
-            if cfg.target_kl > 0 and stats["approx_kl"] > cfg.target_kl:
+            if cfg.target_kl > 0 and self.ranks.sum([kl])[0] > cfg.target_kl:  # decided jointly
                 break
 
-        out = {key: value / minibatches for key, value in totals.items()}
+        keys = sorted(totals)  # the same keys on every rank (a rank without samples reports zeros)
+        pooled = self.ranks.sum([totals[k] for k in keys])
+        out = {key: value / max(minibatches, 1) for key, value in zip(keys, pooled)}
         out.update(first)
         out.update(learning_rate=lr, epochs_run=epochs_run, minibatches=minibatches,
-                   explained_variance=explained_variance(old_values, returns))
+                   explained_variance=explained_variance(batch["values"], batch["returns"]) if n else float("nan"))
         if cfg.variant == "kl":
             # Adjust beta from the mean measured KL of this update; reported value is the one for the next update.
             self.beta = kl_beta_update(self.beta, out["approx_kl"], cfg.kl_target)
             out["kl_beta"] = self.beta
         return out
+
+    def _step(self, batch: dict[str, torch.Tensor], idx: torch.Tensor, weight: float, first: dict) -> dict[str, float]:
+        """Loss, gradients averaged over the ranks, the global grad-norm clip, one Adam step."""
+        cfg, params = self.cfg, [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = dict.fromkeys(STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ()), 0.0)
+        if idx.numel():
+            new_logprob, entropy, new_values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
+            old_logprob = batch["logprobs"][idx]
+            loss, loss_stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
+                                        batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
+            if not first:
+                # Sanity check: before any step the policy is the one that collected the data.
+                with torch.no_grad():
+                    dev = (new_logprob - old_logprob).exp().sub(1).abs().max().item()
+                first.update(first_minibatch_ratio_max_dev=dev, first_minibatch_clip_fraction=loss_stats["clip_fraction"])
+            loss.backward()
+            stats.update(loss_stats, loss=loss.item())
+        self.ranks.average_gradients(params, weight)
+        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        self.optimizer.step()
+        return stats
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "kl_beta": self.beta}

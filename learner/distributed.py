@@ -1,0 +1,163 @@
+"""Everything that makes a learner one rank of a data-parallel job, in one place, on torch.distributed.
+
+Each rank collects its own rollout from its own actors and computes its own GAE; the ranks then run the
+same epochs and minibatches, and before every optimizer step the gradients are averaged across ranks,
+weighted by the samples each rank contributed to that minibatch (a rank with no actors takes part with
+weight 0, so nobody waits on it). Weights start identical (broadcast from rank 0) and stay bit-identical:
+every rank applies the same averaged gradient. The job's statistics (env steps, episodes, losses) are
+summed or pooled here too.
+
+`Ranks.single()` is the 1-rank case: every method is then a no-op or an identity, so the learner's loop
+reads the same with or without torch.distributed. The job is started by launch.py (`--learners G`),
+torchrun or srun; the rank comes from the usual environment variables (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, LOCAL_RANK). Collectives time out after `timeout_s`, so a dead rank stops the others.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("learner")
+ADDRESS_BYTES = 512  # an endpoint string, padded, for all_gather (no pickled objects on the wire)
+
+
+@dataclass
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")  # where collectives run (NCCL: the rank's GPU)
+
+    @staticmethod
+    def single() -> "Ranks":
+        return Ranks()
+
+    @staticmethod
+    def from_env(device: torch.device, timeout_s: float) -> "Ranks":
+        """Join the job the environment describes (torchrun, srun, launch.py --learners); 1 rank without one."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return Ranks.single()
+        if not dist.is_initialized():
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        ranks = Ranks(dist.get_rank(), dist.get_world_size(), device)
+        log.info("learner rank %d of %d (%s)", ranks.rank, ranks.world, dist.get_backend())
+        return ranks
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    def close(self) -> None:
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- sums, maxima, gathers of small numbers ---------------------------------------------------------
+    def sum(self, values: list[float]) -> list[float]:
+        if not self.distributed:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def any(self, flag: bool) -> bool:
+        if not self.distributed:
+            return flag
+        t = torch.tensor([int(flag)], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def gather_ints(self, value: int) -> list[int]:
+        """Every rank's value, in rank order."""
+        if not self.distributed:
+            return [value]
+        out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world)]
+        dist.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device))
+        return [int(t.item()) for t in out]
+
+    def gather_pairs(self, pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        """Concatenate every rank's list of (x, y) pairs, in rank order (e.g. finished episodes)."""
+        if not self.distributed:
+            return list(pairs)
+        counts = self.gather_ints(len(pairs))
+        width = max(max(counts), 1)
+        mine = torch.zeros((width, 2), dtype=torch.float64, device=self.device)
+        if pairs:
+            mine[:len(pairs)] = torch.tensor(pairs, dtype=torch.float64)
+        out = [torch.zeros_like(mine) for _ in range(self.world)]
+        dist.all_gather(out, mine)
+        return [(float(x), float(y)) for t, n in zip(out, counts) for x, y in t[:n].tolist()]
+
+    def gather_strings(self, text: str) -> list[str]:
+        """Every rank's string (an endpoint), in rank order."""
+        if not self.distributed:
+            return [text]
+        raw = text.encode()
+        if len(raw) > ADDRESS_BYTES:
+            raise ValueError(f"{text!r} is longer than {ADDRESS_BYTES} bytes")
+        mine = torch.zeros(ADDRESS_BYTES, dtype=torch.uint8, device=self.device)
+        mine[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+        out = [torch.zeros_like(mine) for _ in range(self.world)]
+        dist.all_gather(out, mine)
+        return [bytes(t.cpu().tolist()).rstrip(b"\0").decode() for t in out]
+
+    # -- the model ----------------------------------------------------------------------------------------
+    def broadcast_tensors(self, tensors: list[torch.Tensor]) -> None:
+        """Overwrite every rank's tensors with rank 0's, in place."""
+        if not self.distributed:
+            return
+        for t in tensors:
+            buf = t.detach().to(self.device)
+            dist.broadcast(buf, src=0)
+            if buf is not t:
+                t.detach().copy_(buf)
+
+    def broadcast_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Give every rank rank 0's Adam state (step counts and moments), e.g. after rank 0 resumed."""
+        if not self.distributed:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        has_state = self.gather_ints(int(bool(optimizer.state)))[0]
+        if not has_state:
+            return
+        for p in params:
+            state = optimizer.state[p]
+            if not state:  # this rank has not stepped: take rank 0's shapes
+                state.update(step=torch.zeros((), dtype=torch.float32), exp_avg=torch.zeros_like(p),
+                             exp_avg_sq=torch.zeros_like(p))
+            self.broadcast_tensors([state["step"], state["exp_avg"], state["exp_avg_sq"]])
+
+    def average_gradients(self, params: list[torch.nn.Parameter], weight: float) -> None:
+        """grad <- sum over ranks of weight_r * grad_r, in one flat all-reduce.
+
+        weight is this rank's share of the minibatch's samples (the weights of all ranks sum to 1), so the
+        result is the gradient of the sample-weighted mean loss. A rank with no samples has no gradients
+        and weight 0: it contributes zeros but still takes part."""
+        if not self.distributed:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device) * weight
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.device)
+            offset += n
+
+
+def checksum(module: torch.nn.Module) -> str:
+    """A hash of the weights' bytes: equal on every rank exactly when the weights are bit-identical."""
+    digest = hashlib.sha1()
+    for p in module.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
