@@ -40,3 +40,11 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
     data = {"obs": take(buf.obs), "actions": take(buf.actions), "logprobs": take(buf.logprobs),
             "values": take(buf.values), "advantages": take(advantages), "returns": take(returns)}
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
+
+
+def empty_batch(collector, device) -> dict[str, torch.Tensor]:
+    """What a rank without actors brings to an update it must still take part in: no samples."""
+    obs_shape, obs_dtype, action_shape, action_dtype = collector.layout
+    return {"obs": torch.empty((0, *obs_shape), dtype=obs_dtype, device=device),
+            "actions": torch.empty((0, *action_shape), dtype=action_dtype, device=device),
+            **{k: torch.empty(0, device=device) for k in ("logprobs", "values", "advantages", "returns")}}

@@ -83,14 +83,16 @@ class Collector:
         return sum(len(w.slots) for w in self.parked.values())
 
     def collect(self, min_envs: int, should_stop) -> RolloutBuffer | None:
-        """Run until the rollout is complete; None when asked to stop first.
-
-        min_envs gates the first rollout only: later ones start with whatever is connected, so a run goes
-        on after actors are lost for good (with no live env at all it waits, saying so)."""
+        """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
+        stop first. The learner asks for its min_envs before the first rollout and for 1 after, so a run
+        goes on after actors are lost for good (with no live env at all it waits, saying so). 0: start at
+        once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner)."""
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
         else:
-            if not self._await_envs(max(min_envs, 1) if self.rollouts == 0 else 1, should_stop):
+            if min_envs == 0:
+                self._pump(100)  # admit handshakes and first reports before deciding who is in
+            if not self._await_envs(min_envs, should_stop):
                 return None
             self._start_rollout()
         self.rollouts += 1

@@ -57,6 +57,10 @@ class ClusterConfig:
     """env slots the learner waits for before the first rollout only (0: actors x envs_per_actor)"""
     actor_timeout_s: float = 10.0
     """an actor silent for this long while it owes a step report is retired"""
+    learners: int = 1
+    """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
+    collective_timeout_s: float = 300.0
+    """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: int = 64
     """largest message accepted on a socket"""
     server_key: str = ""
@@ -262,6 +266,13 @@ def _require(ok: bool, message: str):
         raise ConfigError(message)
 
 
+def check_multi_rank(cfg: Config, why: str) -> None:
+    """What a G-rank learner does not support yet: say so before anything starts."""
+    _require(cfg.run.policy_lag == 0, f"run.policy_lag = 1 is not supported with {why}: set run.policy_lag = 0")
+    _require(not (cfg.normalize.obs or cfg.normalize.reward),
+             f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
+
+
 def validate(cfg: Config) -> None:
     r, c, p, e = cfg.run, cfg.cluster, cfg.ppo, cfg.env
     _require(r.total_steps > 0, f"run.total_steps must be > 0, got {r.total_steps}")
@@ -285,6 +296,10 @@ def validate(cfg: Config) -> None:
                      "there requires CURVE keys (cluster.server_key, cluster.allowed_keys; see the README)")
     _require(c.min_envs >= 0, f"cluster.min_envs must be >= 0, got {c.min_envs}")
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
+    _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
+    _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
+    if c.learners > 1:
+        check_multi_rank(cfg, f"cluster.learners = {c.learners}")
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")
     _require(p.num_steps >= 1, f"ppo.num_steps must be >= 1, got {p.num_steps}")
     _require(0 <= p.gamma <= 1, f"ppo.gamma must be in [0, 1], got {p.gamma}")

@@ -15,6 +15,7 @@ MASTER_PORT, LOCAL_RANK). Collectives time out after `timeout_s`, so a dead rank
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import logging
 import os
@@ -25,6 +26,19 @@ import torch.distributed as dist
 
 log = logging.getLogger("learner")
 ADDRESS_BYTES = 512  # an endpoint string, padded, for all_gather (no pickled objects on the wire)
+
+
+def _collective(method):
+    """A failed or timed-out collective means a lost rank: one clear error, not a torch traceback."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RuntimeError as exc:  # DistBackendError, DistNetworkError, gloo's "Connection closed by peer"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RanksLost(f"learner rank {self.rank} of {self.world}: a collective ({method.__name__}) failed, "
+                            f"another rank died or stopped answering: {first}") from None
+    return wrapper
 
 
 @dataclass
@@ -63,6 +77,7 @@ class Ranks:
             dist.destroy_process_group()
 
     # -- sums, maxima, gathers of small numbers ---------------------------------------------------------
+    @_collective
     def sum(self, values: list[float]) -> list[float]:
         if not self.distributed:
             return list(values)
@@ -70,6 +85,7 @@ class Ranks:
         dist.all_reduce(t)
         return t.tolist()
 
+    @_collective
     def any(self, flag: bool) -> bool:
         if not self.distributed:
             return flag
@@ -77,6 +93,7 @@ class Ranks:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
+    @_collective
     def gather_ints(self, value: int) -> list[int]:
         """Every rank's value, in rank order."""
         if not self.distributed:
@@ -85,6 +102,7 @@ class Ranks:
         dist.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device))
         return [int(t.item()) for t in out]
 
+    @_collective
     def gather_pairs(self, pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
         """Concatenate every rank's list of (x, y) pairs, in rank order (e.g. finished episodes)."""
         if not self.distributed:
@@ -98,6 +116,7 @@ class Ranks:
         dist.all_gather(out, mine)
         return [(float(x), float(y)) for t, n in zip(out, counts) for x, y in t[:n].tolist()]
 
+    @_collective
     def gather_strings(self, text: str) -> list[str]:
         """Every rank's string (an endpoint), in rank order."""
         if not self.distributed:
@@ -112,6 +131,7 @@ class Ranks:
         return [bytes(t.cpu().tolist()).rstrip(b"\0").decode() for t in out]
 
     # -- the model ----------------------------------------------------------------------------------------
+    @_collective
     def broadcast_tensors(self, tensors: list[torch.Tensor]) -> None:
         """Overwrite every rank's tensors with rank 0's, in place."""
         if not self.distributed:
@@ -122,6 +142,7 @@ class Ranks:
             if buf is not t:
                 t.detach().copy_(buf)
 
+    @_collective
     def broadcast_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Give every rank rank 0's Adam state (step counts and moments), e.g. after rank 0 resumed."""
         if not self.distributed:
@@ -137,6 +158,7 @@ class Ranks:
                              exp_avg_sq=torch.zeros_like(p))
             self.broadcast_tensors([state["step"], state["exp_avg"], state["exp_avg_sq"]])
 
+    @_collective
     def average_gradients(self, params: list[torch.nn.Parameter], weight: float) -> None:
         """grad <- sum over ranks of weight_r * grad_r, in one flat all-reduce.
 
@@ -153,6 +175,37 @@ class Ranks:
             n = p.numel()
             p.grad = flat[offset:offset + n].view_as(p).to(p.device)
             offset += n
+
+
+def env_rank() -> int:
+    """This process's rank as the launcher set it (0 outside a multi-rank job)."""
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
+def rank_address(address: str, rank: int) -> str:
+    """Rank r's own endpoint: tcp ports shift by 2r (a fixed port pair per rank; port 0 stays 0), ipc
+    paths get a -rankN suffix. Rank 0 keeps the configured address, so actors name one address."""
+    if rank == 0:
+        return address
+    if address.startswith("ipc://"):
+        return f"{address}-rank{rank}"
+    host, _, port = address.rpartition(":")
+    return address if port == "0" else f"{host}:{int(port) + 2 * rank}"
+
+
+def min_envs_of_rank(min_envs: int, num_envs: int, actors: int, envs_per_actor: int, learners: int, rank: int) -> int:
+    """The env slots rank `rank` waits for before its first rollout, when launch.py splits one host's actors
+    over `learners` ranks (actor i joins rank i % learners); under torchrun each worker's config describes
+    its own actors, so learners is 1 there and this is the plain min_envs."""
+    if learners <= 1:
+        return min_envs or num_envs
+    if min_envs:
+        return min_envs // learners + (1 if rank < min_envs % learners else 0)
+    return sum(envs_per_actor for i in range(actors) if i % learners == rank)
+
+
+class RanksLost(Exception):
+    """A collective failed or timed out: another rank died or hangs. The job stops with this error."""
 
 
 def checksum(module: torch.nn.Module) -> str:

@@ -21,9 +21,10 @@ import torch
 import zmq
 
 from learner import checkpoint
-from learner.collector import Collector
-from learner.batch import TrainingBatch, rollout_to_batch
-from learner.config import Config
+from learner.batch import TrainingBatch, empty_batch, rollout_to_batch
+from learner.collector import Collector, EpisodeStats
+from learner.config import Config, ConfigError, check_multi_rank
+from learner.distributed import Ranks, RanksLost, checksum, env_rank, min_envs_of_rank, rank_address
 from learner.gateway import Gateway
 from learner.evaluate import broadcast_state
 from learner.metrics import MetricsWriter, drop_rows_after, setup_logging
@@ -69,10 +70,12 @@ def probe_spaces(settings: EnvSettings, seed: int):
         env.close()
 
 
-def write_endpoints(run_dir: Path, info: dict) -> None:
-    tmp = run_dir / ".endpoints.json.tmp"
+def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
+    """RUN_DIR/endpoints.json (rank 0: the address actors name), endpoints-rank-N.json for the others."""
+    name = f"endpoints-rank-{rank}.json" if rank else "endpoints.json"
+    tmp = run_dir / f".{name}.tmp"
     tmp.write_text(json.dumps(info))
-    os.replace(tmp, run_dir / "endpoints.json")
+    os.replace(tmp, run_dir / name)
 
 
 class Stop:
@@ -93,14 +96,20 @@ class Stop:
 def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging(run_dir)
+    setup_logging(run_dir, env_rank())
     try:
         learner = Learner(cfg, run_dir, resume)
     except StartupError as exc:
         log.error("error: %s", exc)
         return 2
+    except RanksLost as exc:
+        log.error("error: %s", exc)
+        return 1
     try:
         learner.train()
+    except RanksLost as exc:
+        log.error("error: %s", exc)
+        return 1
     finally:
         learner.close()
     return 0
@@ -110,9 +119,10 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
 class Job:
     """One rollout on its way through the update: what its metrics line and checkpoint record."""
     update: int
-    env_steps: int      # the run's env steps including this rollout
+    env_steps: int      # the job's env steps including this rollout (all ranks)
     progress: float     # env steps before this rollout / total steps: sets the learning rate
-    batch: TrainingBatch
+    batch: TrainingBatch | None  # this rank's (None: a rank without actors this time)
+    n_valid: int        # env steps this rollout added, all ranks together
     t0: float           # collection began
     t1: float           # collection ended
 
@@ -129,6 +139,13 @@ class Learner:
             torch.use_deterministic_algorithms(True)
         torch.manual_seed(r.seed)
         self.device = device = pick_device(r.device)
+        with starting("cannot join the other learner ranks"):
+            self.ranks = ranks = Ranks.from_env(device, cfg.cluster.collective_timeout_s)
+        if ranks.distributed:
+            try:
+                check_multi_rank(cfg, f"{ranks.world} learner ranks")
+            except ConfigError as exc:
+                raise StartupError(str(exc)) from None
         with starting(f"cannot make env {cfg.env.env_id!r}"):
             obs_space, action_space = probe_spaces(cfg.env, r.seed)
             # the actors' env: without its FrameStack when the learner stacks their newest frames
@@ -142,10 +159,11 @@ class Learner:
             self.model = model = build_model(obs_space, action_space, cfg.model).to(device)
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
-        self.updater = PPOUpdater(model, p, device)
+        self.updater = PPOUpdater(model, p, device, ranks)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
-        if resume:
+        if resume and ranks.main:
             self._resume()
+        self._sync_from_rank0()
         self.ctx = zmq.Context()
         self.curve = None
         if cfg.cluster.server_key:
@@ -154,19 +172,23 @@ class Learner:
                 self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
                 self.curve.start_authenticator(self.ctx)
         run_id = uuid.uuid4().hex[:12]
-        with starting(f"cannot bind {cfg.cluster.address} (another learner there? port 0 picks a free one)"):
-            self.gateway = Gateway(self.ctx, cfg.cluster.address, actor_env, actor_obs_space, action_space, r.seed,
-                                   self.state["update"], run_id, cfg.cluster.max_message_mb << 20, curve=self.curve)
-        with starting(f"cannot bind {cfg.cluster.weights_address} (another learner there? port 0 picks a free one)"):
-            self.publisher = WeightPublisher(self.ctx, cfg.cluster.weights_address, curve=self.curve)
+        address, weights_address = (rank_address(a, ranks.rank) for a in (cfg.cluster.address, cfg.cluster.weights_address))
+        with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
+            self.gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
+                                   r.seed + 100_003 * ranks.rank, self.state["update"], run_id,
+                                   cfg.cluster.max_message_mb << 20, curve=self.curve)
+        with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
+            self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
+        self.rank_addresses = ranks.gather_strings(self.gateway.endpoint)
         write_endpoints(run_dir, {"address": self.gateway.endpoint, "weights_address": self.publisher.endpoint,
-                                  "pid": os.getpid(), "run_id": run_id})
+                                  "pid": os.getpid(), "run_id": run_id, "rank": ranks.rank,
+                                  "ranks": self.rank_addresses}, ranks.rank)
         log.info("learner on %s (weights on %s), device %s, model %s", self.gateway.endpoint, self.publisher.endpoint,
                  device, type(model).__name__)
         if stack > 1:
             log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
-        self.policy = Policy(model, action_space, device, self.obs_norm, seed=r.seed + self.state["update"],
-                             random_actions=r.random_policy)
+        self.policy = Policy(model, action_space, device, self.obs_norm,
+                             seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank, random_actions=r.random_policy)
         self.collector = Collector(
             self.gateway, self.policy, p.num_steps, obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32),
             action_space.shape, torch.long if action_space.kind == "discrete" else torch.float32, device,
@@ -174,9 +196,15 @@ class Learner:
         self.collector.version = self.state["version"]
         self.collector.flow_through = r.collect_only and not r.deterministic  # no update: no weights to wait for
         generator = torch.Generator(device=device)
-        generator.manual_seed(r.seed + 1 + self.state["update"])
-        self.metrics = MetricsWriter(run_dir, cfg)
-        self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
+        generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
+        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
+        self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
+        if ranks.main:
+            self.metrics = MetricsWriter(run_dir, cfg)
+            self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
+        c = cfg.cluster
+        self.min_envs = min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, ranks.rank)
+        self.empty = empty_batch(self.collector, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.lagged = r.policy_lag > 0 and not r.collect_only
@@ -184,8 +212,20 @@ class Learner:
             self.policy.model = copy.deepcopy(model)
             self.collector.double_buffer = True
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
-        self.width = 0
+        self.width, self.idle_said = 0, time.monotonic()
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
+
+    def _sync_from_rank0(self) -> None:
+        """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
+        if not self.ranks.distributed:
+            return
+        self.ranks.broadcast_tensors(list(self.model.parameters()) + list(self.model.buffers()))
+        self.ranks.broadcast_optimizer(self.updater.optimizer)
+        keys = ("update", "env_steps", "version", "elapsed_s")
+        numbers = torch.tensor([float(self.state[k]) for k in keys] + [self.updater.beta], dtype=torch.float64)
+        self.ranks.broadcast_tensors([numbers])
+        self.state = {k: (float(v) if k == "elapsed_s" else int(v)) for k, v in zip(keys, numbers.tolist())}
+        self.updater.beta = float(numbers[-1])
 
     def _resume(self) -> None:
         path = checkpoint.latest(self.run_dir)
@@ -209,24 +249,25 @@ class Learner:
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
-        min_envs = self.cfg.cluster.min_envs or self.cfg.num_envs
         in_flight = None  # policy lag: the update that runs while the next rollout is collected
-        while state["env_steps"] < r.total_steps and not self.stop():
+        while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
-            rollout = self.collector.collect(min_envs, self.stop)
-            if rollout is None:
+            rollout = self.collector.collect(self._envs_needed(), self.stop)
+            if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler)
-            if batch is None:
+            n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
+            if n_valid == 0:
+                self._note_idle()
                 continue
-            self._note_width(batch.width)
-            job = Job(state["update"] + 1, state["env_steps"] + batch.n_valid, state["env_steps"] / r.total_steps,
-                      batch, t0, t1)
+            self._note_width(batch.width if batch else 0)
+            job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / r.total_steps,
+                      batch, n_valid, t0, t1)
             state["update"], state["env_steps"] = job.update, job.env_steps
             if in_flight is not None:
                 self._finish(in_flight)
-            self.runner.start(None if r.collect_only else batch.data, job.progress)
+            self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
             if self.lagged:
                 in_flight = job
             else:
@@ -234,8 +275,21 @@ class Learner:
         if in_flight is not None:
             self._finish(in_flight)
         if self.last_saved != state["update"] or not checkpoint.latest(self.run_dir):
-            log.info("final checkpoint %s", self._save_checkpoint(state["update"], state["env_steps"]))
+            if path := self._save_checkpoint(state["update"], state["env_steps"]):
+                log.info("final checkpoint %s", path)
         log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
+
+    def _envs_needed(self) -> int:
+        """Env slots to wait for before a rollout starts. One rank alone waits for its first min_envs, then
+        for any; a rank of several never waits past its first rollout (0: an empty rollout, weight 0)."""
+        if self.collector.rollouts == 0:
+            return max(self.min_envs, 0 if self.ranks.distributed else 1)
+        return 0 if self.ranks.distributed else 1
+
+    def _note_idle(self) -> None:
+        if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
+            self.idle_said = time.monotonic()
+            log.warning("waiting for actors: no learner rank has a live env slot")
 
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
@@ -251,52 +305,67 @@ class Learner:
         self.collector.version = self.state["version"]
         self.publisher.publish(self.weights, self.state["version"])
         self.collector.forgive_pause()
-        self._log(job, stats)
+        for ret, length in self.ranks.gather_pairs(self.collector.episodes.take_new()):
+            self.episodes.add(ret, int(length))
+        widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
+        sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
+        if self.ranks.main:
+            self._log(job, stats, widths, sums)
+        else:
+            self.episodes.take_new()
         if job.update % self.cfg.run.checkpoint_every == 0:
             self._save_checkpoint(job.update, job.env_steps)
 
-    def _log(self, job: Job, stats: dict) -> None:
+    def _log(self, job: Job, stats: dict, widths: list[int], sums: list[str] | None) -> None:
+        """Rank 0's metrics line and episodes.jsonl rows, for the whole job."""
         r, state, now = self.cfg.run, self.state, time.monotonic()
         state["elapsed_s"] += now - job.t0
         rate = (job.env_steps - self.steps_at_start) / max(now - self.started, 1e-9)
-        ep, batch = self.collector.episodes, job.batch
-        self.metrics.write({
-            "update": job.update, "env_steps": job.env_steps, "sps": batch.n_valid / max(now - job.t0, 1e-9),
+        ep = self.episodes
+        record = {
+            "update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(now - job.t0, 1e-9),
             "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
             "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
             "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
             "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
             "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
             "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
-            "actors": len(self.gateway.registry), "env_slots": batch.width, "weights_version": state["version"],
+            "actors": len(self.gateway.registry), "env_slots": sum(widths), "weights_version": state["version"],
             "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": now - job.t1,
             "progress": min(job.env_steps / r.total_steps, 1.0),
             "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
-            "rejected_messages": self.gateway.rejected, "dropped_samples": batch.dropped,
+            "rejected_messages": self.gateway.rejected, "dropped_samples": job.batch.dropped if job.batch else 0,
             "kl_beta": stats.get("kl_beta"), "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
             "policy_lag": r.policy_lag if self.lagged else 0, "events": self.gateway.events,
-        })
+        }
+        if sums is not None:
+            record.update(learners=self.ranks.world, rank_env_slots=widths, rank_weights_checksums=sums)
+        self.metrics.write(record)
         self.gateway.events = []
         for ret, length in ep.take_new():
             self.episodes_file.write(json.dumps({"update": job.update, "env_steps": job.env_steps,
-                                                 "return": ret, "length": length}) + "\n")
+                                                 "return": ret, "length": int(length)}) + "\n")
 
-    def _save_checkpoint(self, update: int, env_steps: int) -> Path:
+    def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:
         """The update and env steps are those of the weights saved: with policy lag the loop is one rollout
-        ahead of them, and a resume must neither skip nor repeat that rollout."""
+        ahead of them, and a resume must neither skip nor repeat that rollout. Rank 0 saves for the job."""
+        self.last_saved = update
+        if not self.ranks.main:
+            return None
         payload = {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
                    "config": self.cfg.to_dict(), **self.state, "update": update, "env_steps": env_steps,
                    "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
                    "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {}}
-        self.last_saved = update
         return checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
                                score=self.metrics.score())
 
     def close(self) -> None:
-        self.metrics.close()
-        self.episodes_file.close()
+        if self.metrics is not None:
+            self.metrics.close()
+            self.episodes_file.close()
         self.gateway.close()
         self.publisher.close()
         if self.curve is not None:
             self.curve.stop()  # before term(): the authenticator's sockets would block it
         self.ctx.term()
+        self.ranks.close()

@@ -24,12 +24,16 @@ FIELDS = ("update", "env_steps", "sps", "episode_return_mean", "episode_length_m
 TIMING_FIELDS = ("sps", "elapsed_s", "eta_s", "update_s", "collect_s")
 
 
-def setup_logging(run_dir: Path) -> None:
-    """Log lines go to stdout and RUN_DIR/learner.log (appended, so a resumed run keeps its history)."""
+def setup_logging(run_dir: Path, rank: int = 0) -> None:
+    """Log lines go to stdout and RUN_DIR/learner.log (appended, so a resumed run keeps its history).
+
+    Rank N > 0 of a multi-rank learner logs to RUN_DIR/learner-rank-N.log, its console lines tagged."""
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
-    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / "learner.log")):
+    tag = f"[rank {rank}] " if rank else ""
+    fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
+    name = f"learner-rank-{rank}.log" if rank else "learner.log"
+    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / name)):
         handler.setFormatter(fmt)
         root.addHandler(handler)
 
