@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
+from actor import EXIT_REFUSED
 from actor.envs import describe_spaces, make_env
 from protocol import messages as m
 from protocol.errors import ProtocolError
@@ -33,8 +34,6 @@ class Refused(Exception):
 class Retired(Exception):
     """The learner retired this actor (it was silent too long, e.g. stopped); it should hand-shake again."""
 
-
-EXIT_REFUSED = 3  # distinct from 1 (learner gone), so a supervisor does not restart a refused actor
 
 
 @dataclass
@@ -177,10 +176,11 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
     raise LearnerGone(f"no answer from {opts.learner} within {opts.welcome_timeout_s:g}s")
 
 
-def run(opts: ActorOptions) -> int:
+def run(opts: ActorOptions, on_refused=None) -> int:
     """Join, and rejoin with backoff while reconnect_s allows; rejoin at once when retired.
 
-    Exit code: 0 on goodbye, EXIT_REFUSED when refused, 1 when the learner is gone."""
+    Exit code: 0 on goodbye, EXIT_REFUSED when refused (after on_refused(reason), if given), 1 when the
+    learner is gone."""
     ctx = zmq.Context()
     backoff, gone_since = 0.5, None
     try:
@@ -192,6 +192,8 @@ def run(opts: ActorOptions) -> int:
                 return 0
             except Refused as exc:
                 log.error("actor %s refused: %s", opts.name, exc)
+                if on_refused is not None:
+                    on_refused(str(exc))
                 return EXIT_REFUSED
             except Retired as exc:  # the learner is there and wants us back: no reconnect budget spent
                 log.warning("actor %s told by the learner: %s; rejoining", opts.name, exc)

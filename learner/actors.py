@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from protocol.messages import Expect
 
 MAX_STRIKES = 20  # malformed messages tolerated from one peer before it is dropped
+MAX_ENV_SLOTS = 4096  # env slots one learner serves (each actor may host up to as many, see Handshake)
 
 
 @dataclass
@@ -31,7 +32,7 @@ class ActorEntry:
 
 
 class ActorRegistry:
-    def __init__(self, max_envs: int = 4096):
+    def __init__(self, max_envs: int = MAX_ENV_SLOTS):
         self.by_identity: dict[bytes, ActorEntry] = {}
         self.next_actor_id = 0
         self.free_slots: list[int] = []
