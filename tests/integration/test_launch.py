@@ -36,6 +36,8 @@ def test_smoke_run_trains_checkpoints_and_cleans_up(tmp_path):
     assert {"model", "updater", "config"} <= state.keys()
     assert (run_dir / "config.toml").exists() and (run_dir / "learner.log").read_text().count("update ") >= 2
     assert "update 1 |" in result.stdout
+    for text in (result.stdout, (run_dir / "learner.log").read_text(), (run_dir / "actors.log").read_text()):
+        assert "A.L.E" not in text and "Stella" not in text, "the emulator's banner reached the console or a log"
     assert_no_stragglers(run_dir)
 
 
