@@ -173,6 +173,8 @@ class Gateway:
         return None
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
+        if not entry.owes:  # its silence counts from now: time the learner spent inferring is not the actor's
+            entry.last_seen = time.monotonic()
         entry.owes.add(group)
         return self._send(entry.identity, m.Actions(group, actions, version), entry)
 

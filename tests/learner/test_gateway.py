@@ -131,3 +131,21 @@ def test_a_reused_slot_gets_fresh_seeds_reproducibly(wire):
     b = again.join(b"y", "a", 2, 1, None)
     seeds = [[env_seed(1, s, 0, n) for s, n in zip(e.slots, e.reuses)] for e in (a, b)]
     assert seeds == [first.seeds, second.seeds]
+
+
+def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_reported(wire):
+    """A learner busy for longer than the timeout (first inference, a loaded machine) between an actor's
+    report and the actions it sends back must not retire that actor the moment the actions leave."""
+    gateway, peer = wire
+    actor = peer()
+    join(gateway, actor, num_envs=2)
+    actor.send_multipart(step(0, 1))
+    (item,) = gateway.poll(1000)
+    item.actor.owes.discard(0)  # what the collector does with a report
+    item.actor.last_seen -= 10  # the report arrived 10 s ago; the learner was busy since
+    gateway.send_actions(item.actor, 0, np.zeros(2, np.int64), 0)
+    gateway.check_liveness(2.0)
+    assert item.actor.identity in gateway.registry, "retired for the learner's own delay"
+    item.actor.last_seen -= 10  # and now it really has been silent since it was asked
+    gateway.check_liveness(2.0)
+    assert item.actor.identity not in gateway.registry
