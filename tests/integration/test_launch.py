@@ -113,19 +113,20 @@ def test_unusable_env_is_one_error_line_and_exit_2(tmp_path, env_id, needle):
 def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path):
     """The learner answers each handshake it refuses with the reason; launch.py logs it and restarts nothing.
     Its own up-front check is bypassed here so that the learner's refusal is what gets exercised."""
-    run_dir = tmp_path / "refused"
+    run_dir, console = tmp_path / "refused", tmp_path / "console.txt"
     code = ("import sys, launch; launch.check_groups = lambda cfg, groups: None; sys.exit(launch.main(sys.argv[1:]))")
-    proc = subprocess.Popen([sys.executable, "-c", code, "--config", "configs/smoke.toml", "--run-dir", str(run_dir),
-                             "--envs-per-actor", "1", "--groups", "2", "--total-steps", "10000000"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with open(console, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", code, "--config", "configs/smoke.toml", "--run-dir",
+                                 str(run_dir), "--envs-per-actor", "1", "--groups", "2", "--total-steps", "10000000"],
+                                cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        wait_for(lambda: (run_dir / "actors.log").exists()
-                 and (run_dir / "actors.log").read_text().count("refused: handshake refused") == 2, 90,
-                 "both actors refused, with the reason in their log", proc)
+        wait_for(lambda: console.read_text().count("was refused") == 2, 90, "both actors' refusals logged", proc)
         os.kill(proc.pid, signal.SIGTERM)  # no actor left: the learner would wait for one
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         kill_group(proc)
+    out = console.read_text()
+    assert (run_dir / "actors.log").read_text().count("refused: handshake refused") == 2
     refusals = [line for line in out.splitlines() if "was refused" in line]
     assert len(refusals) == 2, out[-3000:]
     assert all("groups must be 1 or 2 and divide num_envs" in line and "not restarting" in line for line in refusals)
