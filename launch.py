@@ -20,6 +20,7 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from actor import EXIT_REFUSED
 from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml
 
 log = logging.getLogger("launch")
@@ -73,13 +74,21 @@ def resolve_config(args) -> tuple[Config, Path]:
     return cfg, Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def check_groups(cfg: Config, groups: int) -> None:
+    """Refuse up front what every actor's handshake would be refused for: its envs split into groups."""
+    k = cfg.cluster.envs_per_actor
+    if cfg.cluster.actors and k % groups:
+        raise ConfigError(f"--groups {groups} splits each actor's envs into {groups} equal groups: "
+                          f"--envs-per-actor (cluster.envs_per_actor, {k}) must be divisible by {groups}")
+
+
 def learner_process(cfg_dict: dict, run_dir: str, resume: bool) -> None:
     from learner.main import run
     sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume))
 
 
 def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
-                  keys: tuple[str, str] | None = None) -> None:
+                  keys: tuple[str, str] | None = None, refusals=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actor.runner import ActorOptions, run
@@ -87,8 +96,9 @@ def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pi
     if keys:
         from protocol.security import ClientKeys
         curve = ClientKeys.load(*keys)
+    tell = (lambda reason: refusals.put((name, reason))) if refusals is not None else None
     sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
-                              curve=curve)))
+                              curve=curve), on_refused=tell))
 
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
@@ -108,6 +118,8 @@ class Cluster:
         self.actors: dict[int, mp.Process] = {}
         self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
         self.restarts: dict[int, int] = {}
+        self.refusals = self.ctx.SimpleQueue()  # (actor name, reason) from actors the learner refused
+        self.refused: dict[str, str] = {}
         self.stopping = False
         self.address = ""
 
@@ -148,7 +160,7 @@ class Cluster:
     def _start_actor(self, i: int) -> None:
         proc = self.ctx.Process(target=actor_process, name=f"actor-{i}", daemon=False, args=(
             self.address, self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
-            str(self.run_dir / "actors.log"), self._actor_keys()))
+            str(self.run_dir / "actors.log"), self._actor_keys(), self.refusals))
         proc.start()
         self.actors[i] = proc
         self._record_pids()
@@ -174,6 +186,10 @@ class Cluster:
                 if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart
                     del self.actors[i]
                     continue
+                if proc.exitcode == EXIT_REFUSED:  # a restart would be refused again
+                    log.error("actor-%d was refused: %s; not restarting it", i, self._refusal(f"actor-{i}"))
+                    del self.actors[i]
+                    continue
                 if i not in backoff_until:
                     n = self.restarts.get(i, 0)
                     log.warning("actor-%d exited with code %s", i, proc.exitcode)
@@ -187,6 +203,13 @@ class Cluster:
                     self.restarts[i] = self.restarts.get(i, 0) + 1
                     log.warning("restarting actor-%d (restart %d of %d)", i, self.restarts[i], self.max_restarts)
                     self._start_actor(i)
+
+    def _refusal(self, name: str) -> str:
+        """The reason the actor gave before exiting (it put it on the queue before it exited)."""
+        while not self.refusals.empty():
+            who, reason = self.refusals.get()
+            self.refused[who] = reason
+        return self.refused.pop(name, "reason in actors.log")
 
     def _shutdown(self) -> int:
         code = self.learner.exitcode
@@ -219,6 +242,7 @@ def main(argv=None) -> int:
         if args.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
         cfg, run_dir = resolve_config(args)
+        check_groups(cfg, args.groups)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

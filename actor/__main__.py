@@ -21,6 +21,9 @@ def parse_args(argv=None) -> ActorOptions:
     p.add_argument("--reconnect-s", type=float, default=300.0,
                    help="keep trying to (re)join the learner this long; 0 exits when it goes away")
     p.add_argument("--join-timeout-s", type=float, default=30.0, help="give up on a learner that does not answer")
+    p.add_argument("--learner-timeout-s", type=float, default=300.0,
+                   help="a learner that sends nothing this long while the actor waits for actions is taken as "
+                        "gone (reconnect); keep it above the learner's longest update")
     p.add_argument("--server-key", default=None, help="CURVE: the learner's public key file")
     p.add_argument("--key", default=None, help="CURVE: this actor's secret key file")
     args = p.parse_args(argv)
@@ -30,8 +33,11 @@ def parse_args(argv=None) -> ActorOptions:
         p.error(f"--envs must be in [1, 4096], got {args.envs}")
     if args.envs % args.groups:
         p.error(f"--envs ({args.envs}) must be divisible by --groups ({args.groups})")
-    if args.reconnect_s < 0 or args.join_timeout_s <= 0:
-        p.error("--reconnect-s must be >= 0 and --join-timeout-s > 0")
+    if args.reconnect_s < 0:
+        p.error(f"--reconnect-s must be >= 0, got {args.reconnect_s}")
+    for key in ("join_timeout_s", "learner_timeout_s"):
+        if getattr(args, key) <= 0:
+            p.error(f"--{key.replace('_', '-')} must be > 0, got {getattr(args, key)}")
     curve = None
     if args.server_key or args.key:
         if not (args.server_key and args.key):
@@ -43,7 +49,8 @@ def parse_args(argv=None) -> ActorOptions:
             p.error(f"cannot read keys: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=name,
-                        reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s, curve=curve)
+                        reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s,
+                        learner_timeout_s=args.learner_timeout_s, curve=curve)
 
 
 def main(argv=None) -> int:

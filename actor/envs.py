@@ -51,6 +51,9 @@ def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -
 
 def _make_atari(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
     import ale_py
+    # ALE's C++ logger prints a start-up banner to stderr at Info level, once per process: keep the
+    # console and logs to one line per event (its warnings and errors still get through)
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
     gym.register_envs(ale_py)
     kwargs = dict(frameskip=1, repeat_action_probability=s.sticky_actions,
                   full_action_space=s.full_action_space, obs_type="grayscale")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
+from actor import EXIT_REFUSED
 from actor.envs import describe_spaces, make_env
 from protocol import messages as m
 from protocol.errors import ProtocolError
@@ -30,6 +31,11 @@ class Refused(Exception):
     """The learner refused this actor (error reply); retrying would not help."""
 
 
+class Retired(Exception):
+    """The learner retired this actor (it was silent too long, e.g. stopped); it should hand-shake again."""
+
+
+
 @dataclass
 class ActorOptions:
     learner: str
@@ -39,6 +45,7 @@ class ActorOptions:
     parent_pid: int = 0  # exit when this process (launch.py) is gone
     reconnect_s: float = 0.0  # keep trying to (re)join a learner this long; 0: exit when it goes away
     welcome_timeout_s: float = 30.0
+    learner_timeout_s: float = 300.0  # no message from the learner this long while waiting for actions: it is gone
     max_message_mb: int = 64
     curve: object = None
 
@@ -113,32 +120,42 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list) -> str:
         log.info("actor %s joined as id %d with slots %s", opts.name, welcome.actor_id, welcome.slots)
         for g, group in enumerate(groups):
             sock.send_multipart(m.encode(group.first_report(g)))
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(monitor, zmq.POLLIN)
-        while True:
-            events = dict(poller.poll(1000))
-            if not _parent_alive(opts.parent_pid):
-                return "launcher gone"
-            if sock not in events:  # messages first: a goodbye and the disconnect can arrive together
-                if monitor in events:
-                    raise LearnerGone("connection to the learner lost")
-                continue
-            msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
-            if isinstance(msg, m.Actions):
-                # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy
-                # bookkeeping costs more than copying a few hundred KB
-                sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions)))
-            elif isinstance(msg, m.Goodbye):
-                return msg.reason
-            elif isinstance(msg, m.Error):
-                raise Refused(msg.reason)
+        return _serve(sock, monitor, groups, expect, opts)
     finally:
         for group in groups:
             group.close()
         sock.disable_monitor()
         monitor.close()
         sock.close()
+
+
+def _serve(sock, monitor, groups: list[EnvGroup], expect: m.Expect, opts: ActorOptions) -> str:
+    """Step on every Actions message until goodbye. Every report owed has been sent whenever this
+    waits, so a learner silent past learner_timeout_s is stalled or gone, never merely waiting on us."""
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(monitor, zmq.POLLIN)
+    last_heard = time.monotonic()
+    while True:
+        events = dict(poller.poll(1000))
+        if not _parent_alive(opts.parent_pid):
+            return "launcher gone"
+        if sock not in events:  # messages first: a goodbye and the disconnect can arrive together
+            if monitor in events:
+                raise LearnerGone("connection to the learner lost")
+            if time.monotonic() - last_heard > opts.learner_timeout_s:
+                raise LearnerGone(f"no message from the learner for {opts.learner_timeout_s:g}s")
+            continue
+        last_heard = time.monotonic()
+        msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
+        if isinstance(msg, m.Actions):
+            # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy
+            # bookkeeping costs more than copying a few hundred KB
+            sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions)))
+        elif isinstance(msg, m.Goodbye):
+            return msg.reason
+        elif isinstance(msg, m.Error):
+            raise Retired(msg.reason) if msg.rejoin else Refused(msg.reason)
 
 
 def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
@@ -154,13 +171,16 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
             if len(msg.slots) != opts.num_envs:
                 raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {opts.num_envs} envs")
             return msg
-        if isinstance(msg, m.Error):
-            raise Refused(msg.reason)
+        if isinstance(msg, m.Error):  # "rejoin" before a welcome: odd, so retried like no answer at all
+            raise LearnerGone(msg.reason) if msg.rejoin else Refused(msg.reason)
     raise LearnerGone(f"no answer from {opts.learner} within {opts.welcome_timeout_s:g}s")
 
 
-def run(opts: ActorOptions) -> int:
-    """Join, and rejoin with backoff while reconnect_s allows. Exit code: 0 on goodbye, 1 otherwise."""
+def run(opts: ActorOptions, on_refused=None) -> int:
+    """Join, and rejoin with backoff while reconnect_s allows; rejoin at once when retired.
+
+    Exit code: 0 on goodbye, EXIT_REFUSED when refused (after on_refused(reason), if given), 1 when the
+    learner is gone."""
     ctx = zmq.Context()
     backoff, gone_since = 0.5, None
     try:
@@ -172,7 +192,13 @@ def run(opts: ActorOptions) -> int:
                 return 0
             except Refused as exc:
                 log.error("actor %s refused: %s", opts.name, exc)
-                return 1
+                if on_refused is not None:
+                    on_refused(str(exc))
+                return EXIT_REFUSED
+            except Retired as exc:  # the learner is there and wants us back: no reconnect budget spent
+                log.warning("actor %s told by the learner: %s; rejoining", opts.name, exc)
+                backoff, gone_since = 0.5, None
+                continue
             except (LearnerGone, ProtocolError) as exc:
                 if joined:  # a session that worked restarts the reconnection clock
                     backoff, gone_since = 0.5, None

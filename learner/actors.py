@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from protocol.messages import Expect
 
 MAX_STRIKES = 20  # malformed messages tolerated from one peer before it is dropped
+MAX_ENV_SLOTS = 4096  # env slots one learner serves (each actor may host up to as many, see Handshake)
 
 
 @dataclass
@@ -19,6 +20,7 @@ class ActorEntry:
     expect: Expect
     last_seen: float = field(default_factory=time.monotonic)
     owes: set = field(default_factory=set)  # groups that were sent actions and have not reported yet
+    reuses: list[int] = field(default_factory=list)  # per slot: how many actors held it before this one
 
     @property
     def group_size(self) -> int:
@@ -30,13 +32,14 @@ class ActorEntry:
 
 
 class ActorRegistry:
-    def __init__(self, max_envs: int = 4096):
+    def __init__(self, max_envs: int = MAX_ENV_SLOTS):
         self.by_identity: dict[bytes, ActorEntry] = {}
         self.next_actor_id = 0
         self.free_slots: list[int] = []
         self.next_slot = 0
         self.max_envs = max_envs
         self.strikes: dict[bytes, int] = {}
+        self.slot_uses: dict[int, int] = {}  # slot -> actors it has been assigned to so far
         self.banned: set[bytes] = set()
 
     def __len__(self) -> int:
@@ -63,7 +66,11 @@ class ActorRegistry:
             else:
                 slots.append(self.next_slot)
                 self.next_slot += 1
-        entry = ActorEntry(identity, self.next_actor_id, name or f"actor-{self.next_actor_id}", slots, groups, expect)
+        reuses = [self.slot_uses.get(s, 0) for s in slots]
+        for s in slots:
+            self.slot_uses[s] = self.slot_uses.get(s, 0) + 1
+        entry = ActorEntry(identity, self.next_actor_id, name or f"actor-{self.next_actor_id}", slots, groups, expect,
+                           reuses=reuses)
         self.next_actor_id += 1
         self.by_identity[identity] = entry
         return entry

@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from learner.actors import MAX_ENV_SLOTS
 from protocol.settings import EnvSettings
 
 
@@ -281,7 +282,10 @@ def validate(cfg: Config) -> None:
     _require(r.policy_lag in (0, 1), f"run.policy_lag must be 0 or 1, got {r.policy_lag}")
     _require(r.torch_threads >= 0, f"run.torch_threads must be >= 0, got {r.torch_threads}")
     _require(c.actors >= 0, f"cluster.actors must be >= 0, got {c.actors}")
-    _require(c.envs_per_actor >= 1, f"cluster.envs_per_actor must be >= 1, got {c.envs_per_actor}")
+    _require(1 <= c.envs_per_actor <= MAX_ENV_SLOTS,
+             f"cluster.envs_per_actor must be in [1, {MAX_ENV_SLOTS}], got {c.envs_per_actor}")
+    _require(cfg.num_envs <= MAX_ENV_SLOTS, f"cluster.actors x cluster.envs_per_actor = {cfg.num_envs} env slots: "
+             f"more than the learner's limit of {MAX_ENV_SLOTS}")
     for key in ("address", "weights_address"):
         addr = getattr(c, key)
         _require(addr.startswith(("tcp://", "ipc://")), f"cluster.{key} must start with tcp:// or ipc://, got {addr!r}")
@@ -294,7 +298,8 @@ def validate(cfg: Config) -> None:
         for key in ("address", "weights_address"):
             _require(is_loopback(getattr(c, key)), f"cluster.{key} {getattr(c, key)!r} is beyond loopback: binding "
                      "there requires CURVE keys (cluster.server_key, cluster.allowed_keys; see the README)")
-    _require(c.min_envs >= 0, f"cluster.min_envs must be >= 0, got {c.min_envs}")
+    _require(0 <= c.min_envs <= MAX_ENV_SLOTS, f"cluster.min_envs must be in [0, {MAX_ENV_SLOTS}] (the learner's "
+             f"limit of env slots), got {c.min_envs}")
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
     _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
     _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")

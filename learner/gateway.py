@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
 import zmq
 
 from protocol import messages as m
@@ -22,12 +24,18 @@ from learner.actors import ActorEntry, ActorRegistry
 log = logging.getLogger("learner")
 
 MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
+MAX_REMEMBERED_RETIREMENTS = 1024  # retired identities whose reason is kept, to tell them why
 _NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
 
 
-def env_seed(run_seed: int, slot: int, generation: int) -> int:
-    """Each slot's env seed: distinct per slot, and fresh after a resume (generation = start update)."""
-    return (run_seed * 1_000_003 + slot * 7919 + generation * 104_729) % (2**31 - 1)
+def env_seed(run_seed: int, slot: int, generation: int, reuse: int = 0) -> int:
+    """Each slot's env seed: distinct per slot, fresh after a resume (generation = start update), and
+    fresh each time a freed slot is handed to another actor (reuse), so a restarted actor does not
+    replay the random streams of the one it replaces."""
+    if reuse == 0:  # a slot's first use keeps the seeds runs have always had
+        return (run_seed * 1_000_003 + slot * 7919 + generation * 104_729) % (2**31 - 1)
+    # hashed, not linear: a linear mix of slot, generation and reuse could repeat another slot's seed
+    return int(np.random.SeedSequence([run_seed, slot, generation, reuse]).generate_state(1)[0]) % (2**31 - 1)
 
 
 @dataclass
@@ -48,6 +56,7 @@ class Gateway:
         self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
         self.rejected = 0
         self.events: list[str] = []
+        self.retired: OrderedDict[bytes, str] = OrderedDict()  # identity -> why it was retired (bounded)
 
     def close(self) -> None:
         for entry in list(self.registry.by_identity.values()):
@@ -92,7 +101,10 @@ class Gateway:
         try:
             msg = m.decode(frames[1:], expect=entry.expect if entry else None, max_bytes=self.max_bytes)
         except ProtocolError as exc:
-            return self._reject(identity, entry, str(exc))
+            self._reject(identity, entry, str(exc))
+            if exc.message_type == "handshake":  # a refused actor is told why, not left waiting
+                self._answer(identity, m.Error(f"handshake refused: {exc}"))
+            return None
         except Exception as exc:  # a decoder bug must cost one message, never the learner
             return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
         if isinstance(msg, m.Handshake):
@@ -100,7 +112,7 @@ class Gateway:
                 self.retire(entry, "handshook again (restarted)")
             return self._handshake(identity, msg)
         if entry is None:
-            return self._reject(identity, None, f"{type(msg).__name__} before handshake")
+            return self._unknown(identity, msg)
         if isinstance(msg, m.StepReport) and msg.group not in entry.owes:
             return self._reject(identity, entry, f"step report for group {msg.group} that was not asked for")
         if not isinstance(msg, (m.StepReport, m.Goodbye, m.Error)):
@@ -117,6 +129,21 @@ class Gateway:
             if entry is not None:
                 self.retire(entry, "too many malformed messages")
         return None
+
+    def _unknown(self, identity: bytes, msg) -> None:
+        """A valid message from an identity not registered: most likely an actor retired while still
+        alive (stopped, swapped out, cut off), which is told so and rejoins. Only step reports are
+        answered, one reply per message at most and none once the peer is banned, so a flood from
+        strangers cannot make the learner send more than it receives."""
+        why = self.retired.get(identity)
+        self._reject(identity, None, f"{type(msg).__name__} from an unregistered peer ({why or 'never joined'})")
+        if isinstance(msg, m.StepReport):
+            self._answer(identity, m.Error(f"{why or 'not registered here'}; hand-shake again to rejoin", rejoin=True))
+        return None
+
+    def _answer(self, identity: bytes, msg) -> None:
+        if identity not in self.registry.banned:
+            self._send(identity, msg)
 
     def _handshake(self, identity: bytes, hs: m.Handshake) -> None:
         problem = None
@@ -136,16 +163,18 @@ class Gateway:
                 problem = str(exc)
         if problem is not None:
             self._reject(identity, None, f"handshake refused: {problem}")
-            self._send(identity, m.Error(problem))
+            self._answer(identity, m.Error(problem))
             return None
         entry.owes = set(range(hs.groups))
-        seeds = [env_seed(self.run_seed, s, self.generation) for s in entry.slots]
+        seeds = [env_seed(self.run_seed, s, self.generation, n) for s, n in zip(entry.slots, entry.reuses)]
         self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
                                        self.obs_space, self.action_space, self.run_id))
         self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots})")
         return None
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
+        if not entry.owes:  # its silence counts from now: time the learner spent inferring is not the actor's
+            entry.last_seen = time.monotonic()
         entry.owes.add(group)
         return self._send(entry.identity, m.Actions(group, actions, version), entry)
 
@@ -164,6 +193,9 @@ class Gateway:
 
     def retire(self, entry: ActorEntry, reason: str) -> None:
         if self.registry.leave(entry.identity) is not None:
+            self.retired[entry.identity] = f"actor {entry.name} was retired: {reason}"
+            if len(self.retired) > MAX_REMEMBERED_RETIREMENTS:
+                self.retired.popitem(last=False)
             self.on_retire(entry)
             self._event(f"actor {entry.name} left: {reason}")
 

@@ -3,3 +3,6 @@ class ProtocolError(ValueError):
 
     The message always says what was wrong, so the learner can log it next to the peer's name.
     """
+
+    message_type: str | None = None
+    """set by `messages.decode` once the header named a known type ("handshake", "step", ...)"""

@@ -82,7 +82,10 @@ class Goodbye:
 
 @dataclass
 class Error:
+    """A refusal, with its reason. rejoin=True: "you were retired (or are unknown here); hand-shake
+    again", as opposed to a refusal that retrying would not change."""
     reason: str = ""
+    rejoin: bool = False
 
 
 @dataclass
@@ -128,8 +131,12 @@ def decode(frames: list, expect: Expect | None = None, max_bytes: int = codec.DE
     cls = TYPES.get(name)
     if cls is None:
         raise ProtocolError(f"unknown message type {name!r:.40}")
-    arrays = codec.decode_arrays(specs, frames[1:], expect.max_bytes if expect else max_bytes)
-    return _BUILDERS[name](body, arrays, expect)
+    try:
+        arrays = codec.decode_arrays(specs, frames[1:], expect.max_bytes if expect else max_bytes)
+        return _BUILDERS[name](body, arrays, expect)
+    except ProtocolError as exc:
+        exc.message_type = name  # the learner answers a refused handshake, and only that, with an Error
+        raise
 
 
 def _get(body: dict, key: str, kind, optional: bool = False):
@@ -240,5 +247,11 @@ def _text(cls):
     return build
 
 
+def _error(body, arrays, expect):
+    _no_arrays(arrays)
+    rejoin = _get(body, "rejoin", bool, optional=True)  # absent from older peers' errors
+    return Error(reason=_get(body, "reason", str)[:1000], rejoin=bool(rejoin))
+
+
 _BUILDERS = {"handshake": _handshake, "welcome": _welcome, "step": _step, "actions": _actions,
-             "weights": _weights, "goodbye": _text(Goodbye), "error": _text(Error)}
+             "weights": _weights, "goodbye": _text(Goodbye), "error": _error}

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
-from tests.integration.cluster import (assert_no_stragglers, kill_group, launch, metrics, run_launch, wait_for)
+from tests.integration.cluster import (ROOT, assert_no_stragglers, kill_group, launch, metrics, run_launch,
+                                      wait_for)
 from learner.metrics import FIELDS
 
 pytestmark = pytest.mark.integration
@@ -32,6 +36,8 @@ def test_smoke_run_trains_checkpoints_and_cleans_up(tmp_path):
     assert {"model", "updater", "config"} <= state.keys()
     assert (run_dir / "config.toml").exists() and (run_dir / "learner.log").read_text().count("update ") >= 2
     assert "update 1 |" in result.stdout
+    for text in (result.stdout, (run_dir / "learner.log").read_text(), (run_dir / "actors.log").read_text()):
+        assert "A.L.E" not in text and "Stella" not in text, "the emulator's banner reached the console or a log"
     assert_no_stragglers(run_dir)
 
 
@@ -57,6 +63,10 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     (["--set", "ppo.clip_coef=abc"], "ppo.clip_coef"),
     (["--actors", "-1"], "cluster.actors"),
     (["--config", "configs/nope.toml"], "configs/nope.toml"),
+    (["--envs-per-actor", "3", "--groups", "2"], "--envs-per-actor (cluster.envs_per_actor, 3) must be divisible by 2"),
+    (["--actors", "2", "--envs-per-actor", "4000"], "more than the learner's limit of 4096"),
+    (["--envs-per-actor", "5000"], "cluster.envs_per_actor must be in [1, 4096]"),
+    (["--set", "cluster.min_envs=5000"], "cluster.min_envs must be in [0, 4096]"),
 ])
 def test_bad_config_exits_2_naming_it(tmp_path, args, needle):
     run_dir = tmp_path / "bad"
@@ -65,6 +75,18 @@ def test_bad_config_exits_2_naming_it(tmp_path, args, needle):
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], result.stdout
     assert not run_dir.exists(), "nothing may start on a bad config"
+
+
+def test_groups_2_with_the_default_one_env_per_actor_is_refused_within_seconds(tmp_path):
+    """Every actor's handshake would be refused (1 env cannot split into 2 groups): say so, start nothing."""
+    run_dir = tmp_path / "groups"
+    started = time.monotonic()
+    result = run_launch("--groups", "2", "--run-dir", str(run_dir), timeout=30)
+    assert time.monotonic() - started < 15
+    assert result.returncode == 2
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --groups 2") and "(cluster.envs_per_actor, 1)" in lines[0], lines
+    assert not run_dir.exists(), "nothing may start on an impossible topology"
 
 
 def test_help_lists_every_option_and_config_key():
@@ -85,4 +107,29 @@ def test_unusable_env_is_one_error_line_and_exit_2(tmp_path, env_id, needle):
     errors = [line for line in result.stdout.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and needle in errors[0], result.stdout[-2000:]
     assert "Traceback" not in result.stdout
+    assert_no_stragglers(run_dir)
+
+
+def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path):
+    """The learner answers each handshake it refuses with the reason; launch.py logs it and restarts nothing.
+    Its own up-front check is bypassed here so that the learner's refusal is what gets exercised."""
+    run_dir, console = tmp_path / "refused", tmp_path / "console.txt"
+    code = ("import sys, launch; launch.check_groups = lambda cfg, groups: None; sys.exit(launch.main(sys.argv[1:]))")
+    with open(console, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", code, "--config", "configs/smoke.toml", "--run-dir",
+                                 str(run_dir), "--envs-per-actor", "1", "--groups", "2", "--total-steps", "10000000"],
+                                cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: console.read_text().count("was refused") == 2, 90, "both actors' refusals logged", proc)
+        os.kill(proc.pid, signal.SIGTERM)  # no actor left: the learner would wait for one
+        proc.wait(timeout=60)
+    finally:
+        kill_group(proc)
+    out = console.read_text()
+    assert (run_dir / "actors.log").read_text().count("refused: handshake refused") == 2
+    refusals = [line for line in out.splitlines() if "was refused" in line]
+    assert len(refusals) == 2, out[-3000:]
+    assert all("groups must be 1 or 2 and divide num_envs" in line and "not restarting" in line for line in refusals)
+    assert "restarting actor" not in out
+    assert proc.returncode == 0, out[-3000:]
     assert_no_stragglers(run_dir)

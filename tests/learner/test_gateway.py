@@ -1,12 +1,15 @@
-"""The gateway's receive loop: one poll drains what is queued, in order, up to its bound, rejecting garbage."""
+"""The gateway: one poll drains what is queued, in order, up to its bound, rejecting garbage; refusals and
+retirements are answered with their reason; reused slots get fresh seeds."""
 import uuid
 
 import numpy as np
 import pytest
 import zmq
 
-from learner.gateway import MAX_BATCH_MESSAGES, Gateway
+from learner.actors import MAX_STRIKES, ActorRegistry
+from learner.gateway import MAX_BATCH_MESSAGES, Gateway, env_seed
 from protocol import messages as m
+from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
@@ -57,3 +60,92 @@ def test_a_flood_is_drained_in_bounded_batches(wire):
         flooder.send_multipart([b"garbage"])
     assert gateway.poll(1000) == [] and gateway.rejected == MAX_BATCH_MESSAGES
     assert gateway.poll(1000) == [] and gateway.rejected == MAX_BATCH_MESSAGES + 5
+
+
+def reply(sock) -> object | None:
+    """The gateway's answer to sock, or None when none comes within a second."""
+    frames = recv_frames(sock, 1000)
+    return None if frames is None else m.decode(frames)
+
+
+def join(gateway, sock, num_envs: int = 2) -> m.Welcome:
+    sock.send_multipart(m.encode(m.Handshake(num_envs, "a")))
+    assert gateway.poll(1000) == []
+    welcome = reply(sock)
+    assert isinstance(welcome, m.Welcome), welcome
+    return welcome
+
+
+def test_an_actor_retired_while_alive_is_told_to_rejoin_and_why(wire):
+    gateway, peer = wire
+    actor = peer()
+    join(gateway, actor)
+    gateway.retire(gateway.registry.get(next(iter(gateway.registry.by_identity))), "silent for more than 2s")
+    actor.send_multipart(step(0, 1))  # it wakes up and reports the step it owed
+    assert gateway.poll(1000) == []
+    err = reply(actor)
+    assert isinstance(err, m.Error) and err.rejoin, err
+    assert "retired: silent for more than 2s" in err.reason
+
+
+def test_unknown_peers_get_at_most_one_reply_per_valid_report_and_none_for_garbage(wire):
+    gateway, peer = wire
+    stranger, vandal = peer(), peer()
+    for _ in range(MAX_STRIKES + 5):
+        stranger.send_multipart(step(0, 1))
+        vandal.send_multipart([b"garbage"])
+    while gateway.poll(200):
+        pass
+    replies = []
+    while (msg := reply(stranger)) is not None:
+        replies.append(msg)
+    assert 1 <= len(replies) < MAX_STRIKES, "replies stop once the peer has used up its strikes"
+    assert all(isinstance(r, m.Error) and r.rejoin and "not registered" in r.reason for r in replies)
+    assert reply(vandal) is None
+
+
+@pytest.mark.parametrize("handshake,reason", [
+    (m.Handshake(1, "odd", groups=2), "groups must be 1 or 2 and divide num_envs"),
+    (m.Handshake(5000, "huge"), "num_envs must be in [1, 4096]"),
+    (m.Handshake(2, "wrong-game", env_id="CartPole-v1"), "does not match the learner's"),
+])
+def test_every_refused_handshake_is_answered_with_its_reason(wire, handshake, reason):
+    gateway, peer = wire
+    actor = peer()
+    actor.send_multipart(m.encode(handshake))
+    assert gateway.poll(1000) == [] and len(gateway.registry) == 0
+    err = reply(actor)
+    assert isinstance(err, m.Error) and not err.rejoin and reason in err.reason, err
+
+
+def test_a_reused_slot_gets_fresh_seeds_reproducibly(wire):
+    gateway, peer = wire
+    first = join(gateway, peer())
+    gateway.retire(gateway.registry.get(next(iter(gateway.registry.by_identity))), "killed")
+    second = join(gateway, peer())
+    assert second.slots == first.slots
+    assert not set(second.seeds) & set(first.seeds), "a restarted actor would replay the one it replaces"
+    again = ActorRegistry()  # the same joins and leaves in another run give the same seeds
+    a = again.join(b"x", "a", 2, 1, None)
+    again.leave(b"x")
+    b = again.join(b"y", "a", 2, 1, None)
+    seeds = [[env_seed(1, s, 0, n) for s, n in zip(e.slots, e.reuses)] for e in (a, b)]
+    assert seeds == [first.seeds, second.seeds]
+
+
+def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_reported(wire):
+    """A learner busy for longer than the timeout (first inference, a loaded machine) between an actor's
+    report and the actions it sends back must not retire that actor the moment the actions leave."""
+    gateway, peer = wire
+    actor = peer()
+    join(gateway, actor, num_envs=2)
+    actor.send_multipart(step(0, 1))
+    (item,) = gateway.poll(1000)
+    item.actor.owes.discard(0)  # what the collector does with a report
+    item.actor.last_seen -= 10  # the report arrived 10 s ago; the learner was busy since
+    gateway.send_actions(item.actor, 0, np.zeros(2, np.int64), 0)
+    gateway.check_liveness(2.0)
+    assert item.actor.identity in gateway.registry, "retired for the learner's own delay"
+    item.actor.last_seen -= 10  # and now it really has been silent since it was asked
+    gateway.check_liveness(2.0)
+    assert item.actor.identity not in gateway.registry

@@ -97,6 +97,7 @@ def sample_cases() -> list[tuple[str, object, m.Expect | None]]:
         }), None),
         ("goodbye", m.Goodbye(reason="actor shutting down"), None),
         ("error", m.Error(reason="env 'X' does not match"), None),
+        ("error-rejoin", m.Error(reason="retired: silent for more than 10s", rejoin=True), None),
     ]
 
 

@@ -148,7 +148,7 @@ def test_actions_group_out_of_range(pt):
     ("handshake", "num_envs", True), ("handshake", "groups", "2"), ("handshake", "name", 7),
     ("handshake", "env_id", 5), ("welcome", "actor_id", True), ("welcome", "actor_id", "3"),
     ("welcome", "slots", "0123"), ("welcome", "env", []), ("welcome", "run_id", None),
-    ("goodbye", "reason", b"bytes"), ("error", "reason", 404),
+    ("goodbye", "reason", b"bytes"), ("error", "reason", 404), ("error", "rejoin", "yes"), ("error", "rejoin", 1),
 ])
 def test_field_of_the_wrong_type(msg_type, field, value, pt):
     _, msg, expect = next(c for c in pt.sample_cases() if m.NAMES[type(c[1])] == msg_type)
@@ -170,6 +170,22 @@ def test_handshake_num_envs_out_of_range(num_envs, pt):
 def test_handshake_groups_must_divide_num_envs(num_envs, groups, pt):
     rejects(pt.to_wire(m.encode(m.Handshake(num_envs=num_envs, groups=groups))),
             match=f"groups must be 1 or 2 and divide num_envs, got {groups}")
+
+
+def test_a_refused_message_names_its_type_so_a_bad_handshake_can_be_answered(pt):
+    """The learner answers a handshake it cannot accept with an Error, and nothing else it cannot decode."""
+    with pytest.raises(ProtocolError) as bad_handshake:
+        m.decode(pt.to_wire(m.encode(m.Handshake(num_envs=1, groups=2))))
+    assert bad_handshake.value.message_type == "handshake"
+    with pytest.raises(ProtocolError) as garbage:
+        m.decode([b"garbage"])
+    assert garbage.value.message_type is None
+
+
+def test_an_error_without_rejoin_is_a_plain_refusal(pt):
+    """An older peer's Error has no rejoin field: it reads as a refusal, not as 'rejoin'."""
+    frames = pt.raw_message("error", {"reason": "no"})
+    assert m.decode(frames) == m.Error("no", rejoin=False)
 
 
 @pytest.mark.parametrize("space", [{"kind": "discrete", "n": 0, "shape": [], "dtype": "int64", "low": [], "high": []},
