@@ -67,6 +67,20 @@ MUTATIONS = [
              "actor/wrappers.py", "interpolation=cv2.INTER_AREA)", "interpolation=cv2.INTER_LINEAR)"),
 ]
 
+# Not among issue 11's ten: bugs that only an integration test can see (run with --extra; each costs the
+# unit suite plus the named integration test).
+LAG_TEST = "tests/integration/test_policy_lag.py"
+RESUME_TEST = "tests/integration/test_resume.py"
+EXTRA_MUTATIONS = [
+    Mutation("lag-single-buffer", "policy lag: the next rollout is collected into the buffer being trained on",
+             "learner/collector.py", "reuse = self._older if self.double_buffer else self.buffer",
+             "reuse = self.buffer", (LAG_TEST,)),
+    Mutation("lag-no-copy", "policy lag: actors are served by the model being trained", "learner/main.py",
+             "policy.model = copy.deepcopy(model)", "policy.model = model", (LAG_TEST,)),
+    Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/main.py",
+             "policy.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
+]
+
 
 def copy_tree(dest: Path) -> None:
     """The working tree's tracked and untracked-but-not-ignored files (no .venv, no runs, no caches)."""
@@ -112,15 +126,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="mutation names to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--extra", action="store_true", help="also the mutations only integration tests catch")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutation (a timeout counts as caught)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
     args = parser.parse_args(argv)
+    pool = MUTATIONS + (EXTRA_MUTATIONS if args.extra or args.list else [])
     if args.list:
-        for mut in MUTATIONS:
+        for mut in pool:
             print(f"{mut.name:28s} {mut.path:22s} {mut.what}")
         return 0
-    selected = [m for m in MUTATIONS if not args.only or m.name in args.only]
-    unknown = set(args.only or ()) - {m.name for m in MUTATIONS}
+    if args.only:
+        pool = MUTATIONS + EXTRA_MUTATIONS
+    selected = [m for m in pool if not args.only or m.name in args.only]
+    unknown = set(args.only or ()) - {m.name for m in pool}
     if unknown:
         parser.error(f"unknown mutations: {sorted(unknown)}")
 
