@@ -79,6 +79,13 @@ EXTRA_MUTATIONS = [
              "policy.model = copy.deepcopy(model)", "policy.model = model", (LAG_TEST,)),
     Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/main.py",
              "policy.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
+    Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/main.py",
+             'updater.load_state_dict(saved["updater"])', "pass", (RESUME_TEST,)),
+    Mutation("resume-no-obs-norm", "a resume starts fresh observation statistics", "learner/main.py",
+             'obs_norm.load_state_dict(saved["obs_norm"])', "pass", (RESUME_TEST,)),
+    Mutation("resume-clock-reset", "a resume restarts elapsed_s from 0", "learner/main.py",
+             "state = {k: saved[k] for k in state}", 'state = {**{k: saved[k] for k in state}, "elapsed_s": 0.0}',
+             (RESUME_TEST,)),
 ]
 
 
