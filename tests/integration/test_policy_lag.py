@@ -10,7 +10,9 @@ disk. Then:
   update r-1 runs, and the served copy is refreshed once it is done (not W_{r-3}, not W_{r-1});
 - update r, replayed in the test from checkpoint r-1 on the recorded rollout, ends exactly at W_r: the
   rollout the update trained on is the one collected, never overwritten by the next rollout that was
-  collected into the other buffer while the update ran.
+  collected into the other buffer while the update ran. Episodes are cut at 10 steps, so the replayed
+  rollouts hold truncations mid-rollout: the learner must bootstrap them from the final observation,
+  not treat them as terminations.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from tests.integration.cluster import kill_group, launch, metrics, wait_for
 
 pytestmark = pytest.mark.integration
 T, K, ROLLOUTS, EPOCHS, MINIBATCHES, SEED = 8, 2, 7, 8, 4, 1
+EPISODE = 10  # truncations in the middle of rollouts 3 and 4, the ones replayed
 
 
 def new_updater(model, cfg) -> PPOUpdater:
@@ -46,14 +49,15 @@ def run_update(updater: PPOUpdater, batch: dict, update: int, generator: torch.G
     return updater.update(batch, update, generator)
 
 
-def act_as_actor(address: str, deadline: float) -> tuple[list, list, list]:
+def act_as_actor(address: str, deadline: float) -> tuple[list, list, list, dict]:
     """Join with K Pendulum envs, answer every Actions until the learner says goodbye.
 
-    Returns obs[s] (sent before step s), actions[s] (Actions message for step s), rewards[s]."""
+    Returns obs[s] (sent before step s), actions[s] (Actions message for step s), rewards[s], and
+    finals[s] = {env index: last observation} for the envs truncated at step s."""
     ctx = zmq.Context()
     sock = connect_dealer(ctx, address, 1 << 20)
     group = None
-    sent, received, rewards = [], [], []
+    sent, received, rewards, finals = [], [], [], {}
     try:
         sock.send_multipart(m.encode(m.Handshake(K, "test-actor")))
 
@@ -74,11 +78,13 @@ def act_as_actor(address: str, deadline: float) -> tuple[list, list, list]:
         while True:
             msg = recv()
             if isinstance(msg, m.Goodbye):
-                return sent, received, rewards
+                return sent, received, rewards, finals
             assert isinstance(msg, m.Actions), msg
             received.append(msg)
             report = group.step(0, msg.actions)
-            assert not (report.terminated.any() or report.truncated.any()), "no episode ends in this short run"
+            assert not report.terminated.any(), "Pendulum episodes only end by truncation"
+            if report.truncated.any():
+                finals[len(received) - 1] = dict(zip(report.final_index.tolist(), report.final_obs.copy()))
             sent.append(report.obs.copy())
             rewards.append(report.rewards.copy())
             sock.send_multipart(m.encode(report))
@@ -104,11 +110,11 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
                   "--set", f"ppo.num_steps={T}", "--set", f"ppo.update_epochs={EPOCHS}",
                   "--set", f"ppo.num_minibatches={MINIBATCHES}", "--set", "ppo.learning_rate=3e-3",
                   "--set", "ppo.anneal_lr=false", "--set", "run.checkpoint_every=1",
-                  "--set", f"log.keep_checkpoints={ROLLOUTS + 2}")
+                  "--set", f"log.keep_checkpoints={ROLLOUTS + 2}", "--set", f"env.max_episode_steps={EPISODE}")
     try:
         endpoints = wait_for(lambda: (run_dir / "endpoints.json").exists()
                              and json.loads((run_dir / "endpoints.json").read_text()), 60, "endpoints", proc)
-        obs, actions, rewards = act_as_actor(endpoints["address"], time.monotonic() + 90)
+        obs, actions, rewards, finals = act_as_actor(endpoints["address"], time.monotonic() + 90)
         proc.communicate(timeout=60)
         assert proc.returncode == 0
     finally:
@@ -157,6 +163,7 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
 
     # 2. update r replayed from checkpoint r-1 on the recorded rollout r lands on W_r
     n = T * K
+    truncations = 0  # inside replayed rollouts, not at their last step
     replayed = [r for r in range(3, ROLLOUTS + 1) if {r - 2, r - 1, r} <= set(W)]
     assert len(replayed) >= 2, f"too few consecutive versions on disk to replay updates: {sorted(W)}"
     for r in replayed:
@@ -169,9 +176,17 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
             values = torch.stack([served.value(o[t]) for t in range(T)])
             bootstrap = served.value(torch.from_numpy(obs[r * T]))
         next_values = torch.cat([values[1:], bootstrap[None]])
+        truncated = torch.zeros((T, K), dtype=torch.bool)
+        for t, s in enumerate(steps):
+            for i, final in finals.get(s, {}).items():  # a truncation bootstraps from its last observation
+                truncated[t, i] = True
+                with torch.no_grad():
+                    next_values[t, i] = served.value(torch.from_numpy(final)[None])[0]
         reward = torch.stack([torch.from_numpy(rewards[s]) for s in steps])
-        zeros = torch.zeros((T, K), dtype=torch.bool)
-        adv, ret = compute_gae(reward, values, next_values, zeros, zeros, cfg.ppo.gamma, cfg.ppo.gae_lambda)
+        terminated = torch.zeros((T, K), dtype=torch.bool)
+        adv, ret = compute_gae(reward, values, next_values, terminated, truncated, cfg.ppo.gamma,
+                               cfg.ppo.gae_lambda)
+        truncations += int(truncated[:-1].sum())
         batch = {"obs": o.flatten(0, 1), "actions": a.flatten(0, 1), "logprobs": logprobs.flatten(),
                  "values": values.flatten(), "advantages": adv.flatten(), "returns": ret.flatten()}
         model = weights(r - 1)
@@ -186,3 +201,4 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
         for (name, p), q in zip(model.named_parameters(), W[r].parameters()):
             torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=0,
                                        msg=lambda text: f"update {r}, {name}: {text}")
+    assert truncations > 0, "no truncation inside a replayed rollout: the test would not see it treated as a termination"
