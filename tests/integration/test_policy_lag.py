@@ -96,8 +96,9 @@ def act_as_actor(address: str, deadline: float) -> tuple[list, list, list, dict]
 
 
 def checkpoints_by_version(run_dir) -> dict[int, dict]:
-    """Every checkpoint on disk, keyed by the weights version it holds (its file name is the update counter,
-    which under policy lag is one ahead of the weights it holds: see the report of issue 11)."""
+    """Every checkpoint on disk, keyed by the weights version it holds. Not by file name: under policy lag
+    today the learner saves update u's checkpoint after counting rollout u+1, so ckpt_{u+1} holds W_u (and
+    the final update's checkpoint overwrites the one before it)."""
     saved = [torch.load(p, weights_only=True) for p in sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))]
     return {int(c["version"]): c for c in saved}
 
