@@ -156,7 +156,6 @@ class Collector:
         self.gateway.check_liveness(self.actor_timeout_s)
 
     def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
-        actor.owes.discard(report.group)
         slots = actor.group_slots(report.group)
         buf = None if report.first else self._owed(slots[0])  # the rollout this step's outcome belongs to
         episodes = list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))

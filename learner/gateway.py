@@ -113,8 +113,10 @@ class Gateway:
             return self._handshake(identity, msg)
         if entry is None:
             return self._unknown(identity, msg)
-        if isinstance(msg, m.StepReport) and msg.group not in entry.owes:
-            return self._reject(identity, entry, f"step report for group {msg.group} that was not asked for")
+        if isinstance(msg, m.StepReport):
+            if msg.group not in entry.owes:
+                return self._reject(identity, entry, f"step report for group {msg.group} that was not asked for")
+            entry.owes.discard(msg.group)  # here, not later: a duplicate in the same poll batch is refused too
         if not isinstance(msg, (m.StepReport, m.Goodbye, m.Error)):
             return self._reject(identity, entry, f"unexpected {type(msg).__name__} from an actor")
         entry.last_seen = time.monotonic()

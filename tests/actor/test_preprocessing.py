@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from actor.envs import describe_spaces, is_atari, make_env
-from actor.wrappers import MaxAndSkip, NoopReset, needs_fire
+from actor.wrappers import MaxAndSkip, NoopReset, WarpFrame, needs_fire
 from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
@@ -227,3 +227,29 @@ def test_max_and_skip_maxes_last_two_frames_and_stops_at_game_end():
 def test_unsupported_space_is_a_protocol_error(space):
     with pytest.raises(ProtocolError, match=type(space).__name__):
         SpaceSpec.from_gym(space)
+
+
+def _area_weights(src: int, dst: int) -> np.ndarray:
+    """[dst, src]: the fraction of source pixel j inside output pixel i's footprint [i*s, (i+1)*s), s = src/dst."""
+    scale = src / dst
+    w = np.zeros((dst, src))
+    for i in range(dst):
+        lo, hi = i * scale, (i + 1) * scale
+        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), src)):
+            w[i, j] = min(hi, j + 1) - max(lo, j)
+    return w / scale
+
+
+def test_warp_frame_is_an_area_average():
+    """Downscaling by area averaging (INTER_AREA) against a reference: each output pixel is the mean of
+    its footprint in the source frame, partial pixels weighted by their overlap."""
+    env = make_env(EnvSettings(env_id="ALE/Breakout-v5", frame_stack=1), seed=0)
+    warp = env
+    while not isinstance(warp, WarpFrame):
+        warp = warp.env
+    frame = np.random.default_rng(0).integers(0, 256, size=(210, 160), dtype=np.uint8)  # noise: filters differ
+    out = warp.observation(frame)
+    reference = _area_weights(210, 84) @ frame.astype(np.float64) @ _area_weights(160, 84).T
+    assert out.shape == (84, 84) and out.dtype == np.uint8
+    assert np.abs(out.astype(np.float64) - reference).max() <= 1.0  # rounding only
+    env.close()

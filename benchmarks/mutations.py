@@ -1,0 +1,191 @@
+"""Mutation spot-check (issue 11): apply realistic one-line bugs, one at a time, and see which the tests catch.
+
+Each mutation is an exact string replacement in one file of a temporary copy of the repository (the
+working tree is never modified). The copy holds the working tree's tracked and untracked-but-not-ignored
+files, so uncommitted edits are checked too. For every mutation the unit tests of tests/learner,
+tests/protocol and tests/actor (plus, for a mutation only an integration test can see, that one test) run with `-x -q`
+under a per-mutation timeout; a mutation is *caught* when
+pytest fails, *survived* when it passes. A target string that is not found exactly once is reported as
+TARGET MISSING (the code moved: update the mutation) and makes the exit code 2; otherwise the exit code
+is 0 whatever survives.
+
+    python benchmarks/mutations.py                 # all mutations (~1 min each on 2 cores when survived)
+    python benchmarks/mutations.py --only no-zero-grad greedy-argmin
+    python benchmarks/mutations.py --list
+
+Not part of CI: it runs the unit suite once per mutation.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+UNIT_TESTS = ["tests/learner", "tests/protocol", "tests/actor"]
+LAG_TEST = "tests/integration/test_policy_lag.py"  # ~20 s: a real learner, the test as its actor
+RESUME_TEST = "tests/integration/test_resume.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    path: str
+    old: str
+    new: str
+    extra_tests: tuple[str, ...] = ()  # specific tests outside UNIT_TESTS (only where nothing cheaper can catch it)
+
+
+MUTATIONS = [
+    Mutation("no-zero-grad", "gradients accumulate across minibatches", "learner/ppo.py",
+             "self.optimizer.zero_grad(set_to_none=True)", "pass"),
+    Mutation("no-shuffle", "minibatches are never shuffled", "learner/ppo.py",
+             "perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)",
+             "perm = torch.arange(n, device=obs.device)"),
+    Mutation("gaussian-std-1", "the Gaussian policy samples with std 1, ignoring its log-std", "learner/model.py",
+             "return mean + self.log_std.exp() * noise.to(mean.device)", "return mean + noise.to(mean.device)"),
+    Mutation("greedy-argmin", "greedy evaluation takes the least likely action", "learner/model.py",
+             "return logp.argmax(-1)", "return logp.argmin(-1)"),
+    Mutation("box-unclipped", "Box actions reach env.step unclipped", "actor/runner.py",
+             "actions = np.clip(actions, self.low, self.high)", "actions = actions"),
+    Mutation("bootstrap-updates-obs-norm", "bootstrap observations update the observation normalizer",
+             "learner/policy.py", "x = self.prepare(obs, update_stats=False)",
+             "x = self.prepare(obs, update_stats=True)"),
+    Mutation("truncation-as-termination", "the learner loop treats truncations as terminations", "learner/batch.py",
+             "compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones,",
+             "compute_gae(rewards, buf.values, buf.next_values, dones, dones,"),
+    Mutation("never-banned", "a misbehaving peer is never banned", "learner/actors.py",
+             "self.banned.add(identity)", "pass"),
+    Mutation("unasked-report-accepted", "a step report for a group that was not asked for is accepted",
+             "learner/gateway.py", "if msg.group not in entry.owes:", "if False:"),
+    Mutation("resize-not-area", "frames are resized with another interpolation than INTER_AREA",
+             "actor/wrappers.py", "interpolation=cv2.INTER_AREA)", "interpolation=cv2.INTER_LINEAR)"),
+]
+
+# Not among issue 11's ten: bugs that only an integration test can see (run with --extra; each costs the
+# unit suite plus the named integration test).
+EXTRA_MUTATIONS = [
+    Mutation("lag-single-buffer", "policy lag: the next rollout is collected into the buffer being trained on",
+             "learner/collector.py", "reuse = self._older if self.double_buffer else self.buffer",
+             "reuse = self.buffer", (LAG_TEST,)),
+    Mutation("lag-no-copy", "policy lag: actors are served by the model being trained", "learner/main.py",
+             "policy.model = copy.deepcopy(model)", "policy.model = model", (LAG_TEST,)),
+    Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/main.py",
+             "policy.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
+    Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/main.py",
+             'updater.load_state_dict(saved["updater"])', "pass", (RESUME_TEST,)),
+    Mutation("resume-no-obs-norm", "a resume starts fresh observation statistics", "learner/main.py",
+             'obs_norm.load_state_dict(saved["obs_norm"])', "pass", (RESUME_TEST,)),
+    Mutation("resume-clock-reset", "a resume restarts elapsed_s from 0", "learner/main.py",
+             "state = {k: saved[k] for k in state}", 'state = {**{k: saved[k] for k in state}, "elapsed_s": 0.0}',
+             (RESUME_TEST,)),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree's tracked and untracked-but-not-ignored files (no .venv, no runs, no caches)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True).stdout.split(b"\0")
+    for raw in listed:
+        if not raw:
+            continue
+        rel = raw.decode()
+        src = ROOT / rel
+        if not src.is_file():  # deleted in the working tree but still in the index
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def run_tests(tree: Path, tests: list[str], timeout_s: float) -> tuple[str, float, str]:
+    """('passed' | 'failed' | 'timeout', seconds, last lines of output)."""
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout_s,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"")
+        out = out.decode(errors="replace") if isinstance(out, bytes) else out
+        return "timeout", time.monotonic() - t0, out[-800:]
+    status = "passed" if proc.returncode == 0 else "failed"
+    if proc.returncode not in (0, 1):  # 2-5: interrupted, internal error, usage error, nothing collected
+        status = f"error (pytest exit {proc.returncode})"
+    return status, time.monotonic() - t0, (proc.stdout + proc.stderr)[-800:]
+
+
+def failing_test(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("FAILED ") or line.startswith("ERROR "):
+            return line.split(" ", 1)[1].split(" - ")[0]
+    return "?"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="mutation names to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--extra", action="store_true", help="also the mutations only integration tests catch")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per mutation (a timeout counts as caught)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    args = parser.parse_args(argv)
+    pool = MUTATIONS + (EXTRA_MUTATIONS if args.extra or args.list else [])
+    if args.list:
+        for mut in pool:
+            print(f"{mut.name:28s} {mut.path:22s} {mut.what}")
+        return 0
+    if args.only:
+        pool = MUTATIONS + EXTRA_MUTATIONS
+    selected = [m for m in pool if not args.only or m.name in args.only]
+    unknown = set(args.only or ()) - {m.name for m in pool}
+    if unknown:
+        parser.error(f"unknown mutations: {sorted(unknown)}")
+
+    missing, survivors, rows = [], [], []
+    with tempfile.TemporaryDirectory(prefix="mutations-") as tmp:
+        tree = Path(tmp) / "repo"
+        copy_tree(tree)
+        if not args.no_baseline:
+            status, secs, out = run_tests(tree, UNIT_TESTS, args.timeout)
+            print(f"baseline (no mutation): {status} in {secs:.0f}s", flush=True)
+            if status != "passed":
+                print(out)
+                print("the unmutated tests do not pass: survivor counts would mean nothing")
+                return 2
+        for mut in selected:
+            target = tree / mut.path
+            original = target.read_text()
+            count = original.count(mut.old)
+            if count != 1:
+                print(f"{mut.name:28s} TARGET MISSING ({count} matches of {mut.old!r} in {mut.path})", flush=True)
+                missing.append(mut.name)
+                continue
+            target.write_text(original.replace(mut.old, mut.new))
+            try:
+                status, secs, out = run_tests(tree, [*UNIT_TESTS, *mut.extra_tests], args.timeout)
+            finally:
+                target.write_text(original)
+            caught = status != "passed"
+            if not caught:
+                survivors.append(mut.name)
+            detail = f"by {failing_test(out)}" if status == "failed" else status
+            verdict = "caught  " if caught else "SURVIVED"
+            print(f"{mut.name:28s} {verdict} {secs:5.0f}s  {mut.what}" + (f"  [{detail}]" if caught else ""),
+                  flush=True)
+            rows.append((mut.name, caught))
+    print(f"\n{len(survivors)} of {len(rows)} mutations survived" + (f": {', '.join(survivors)}" if survivors else ""))
+    if missing:
+        print(f"TARGET MISSING for {', '.join(missing)}: the code moved; update MUTATIONS")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

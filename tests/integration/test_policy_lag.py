@@ -1,0 +1,205 @@
+"""run.policy_lag = 1 against a real learner process (issue 11, item 6).
+
+The test process is the actor: it steps real Pendulum envs through the actor's own EnvGroup over a real
+socket, and records every observation it sent and every action it got. The learner checkpoints after
+every update, so the weights W_v of every version and the optimizer state before every update are on
+disk. Then:
+
+- actions of rollout r (r >= 3) are exactly mean_{W_{r-2}}(obs) + std_{W_{r-2}} * noise, with the noise
+  replayed from the policy's seeded generator: the actors are served by the previous weights while
+  update r-1 runs, and the served copy is refreshed once it is done (not W_{r-3}, not W_{r-1});
+- update r, replayed in the test from checkpoint r-1 on the recorded rollout, ends exactly at W_r: the
+  rollout the update trained on is the one collected, never overwritten by the next rollout that was
+  collected into the other buffer while the update ran. Episodes are cut at 10 steps, so the replayed
+  rollouts hold truncations mid-rollout: the learner must bootstrap them from the final observation,
+  not treat them as terminations.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from actor.envs import describe_spaces, make_env
+from actor.runner import EnvGroup
+from learner.config import load
+from learner.gae import compute_gae
+from learner.model import build_model
+from learner.ppo import PPOUpdater
+from protocol import messages as m
+from protocol.settings import EnvSettings
+from protocol.transport import connect_dealer
+from tests.integration.cluster import kill_group, launch, metrics, wait_for
+
+pytestmark = pytest.mark.integration
+T, K, ROLLOUTS, EPOCHS, MINIBATCHES, SEED = 8, 2, 7, 8, 4, 1
+EPISODE = 10  # truncations in the middle of rollouts 3 and 4, the ones replayed
+
+
+def new_updater(model, cfg) -> PPOUpdater:
+    """The one place that knows PPOUpdater's constructor (anneal_lr is off: the schedule plays no part)."""
+    return PPOUpdater(model, cfg, device="cpu")
+
+
+def run_update(updater: PPOUpdater, batch: dict, update: int, generator: torch.Generator) -> dict:
+    return updater.update(batch, 0.0, generator)  # anneal_lr is off: progress does not matter
+
+
+def act_as_actor(address: str, deadline: float) -> tuple[list, list, list, dict]:
+    """Join with K Pendulum envs, answer every Actions until the learner says goodbye.
+
+    Returns obs[s] (sent before step s), actions[s] (Actions message for step s), rewards[s], and
+    finals[s] = {env index: last observation} for the envs truncated at step s."""
+    ctx = zmq.Context()
+    sock = connect_dealer(ctx, address, 1 << 20)
+    group = None
+    sent, received, rewards, finals = [], [], [], {}
+    try:
+        sock.send_multipart(m.encode(m.Handshake(K, "test-actor")))
+
+        def recv():
+            while time.monotonic() < deadline:
+                if sock.poll(100):
+                    return m.decode(sock.recv_multipart())
+            raise AssertionError("the learner went silent")
+
+        welcome = recv()
+        assert isinstance(welcome, m.Welcome), welcome
+        settings = EnvSettings.from_dict(welcome.env)
+        envs = [make_env(settings, seed) for seed in welcome.seeds]
+        group = EnvGroup(envs, welcome.seeds, describe_spaces(envs[0])[1])
+        first = group.first_report(0)
+        sent.append(first.obs.copy())
+        sock.send_multipart(m.encode(first))
+        while True:
+            msg = recv()
+            if isinstance(msg, m.Goodbye):
+                return sent, received, rewards, finals
+            assert isinstance(msg, m.Actions), msg
+            received.append(msg)
+            report = group.step(0, msg.actions)
+            assert not report.terminated.any(), "Pendulum episodes only end by truncation"
+            if report.truncated.any():
+                finals[len(received) - 1] = dict(zip(report.final_index.tolist(), report.final_obs.copy()))
+            sent.append(report.obs.copy())
+            rewards.append(report.rewards.copy())
+            sock.send_multipart(m.encode(report))
+    finally:
+        if group is not None:
+            group.close()
+        sock.close(linger=0)
+        ctx.term()
+
+
+def checkpoints_by_version(run_dir) -> dict[int, dict]:
+    """Every checkpoint on disk, keyed by the weights version it holds. Not by file name: under policy lag
+    today the learner saves update u's checkpoint after counting rollout u+1, so ckpt_{u+1} holds W_u (and
+    the final update's checkpoint overwrites the one before it)."""
+    saved = [torch.load(p, weights_only=True) for p in sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))]
+    return {int(c["version"]): c for c in saved}
+
+
+def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(tmp_path):
+    run_dir = tmp_path / "lag"
+    proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), "--actors", "0",
+                  "--total-steps", str(ROLLOUTS * T * K), "--set", "run.policy_lag=1", "--set", f"run.seed={SEED}",
+                  "--set", f"cluster.min_envs={K}", "--set", "normalize.obs=false", "--set", "normalize.reward=false",
+                  "--set", f"ppo.num_steps={T}", "--set", f"ppo.update_epochs={EPOCHS}",
+                  "--set", f"ppo.num_minibatches={MINIBATCHES}", "--set", "ppo.learning_rate=3e-3",
+                  "--set", "ppo.anneal_lr=false", "--set", "run.checkpoint_every=1",
+                  "--set", f"log.keep_checkpoints={ROLLOUTS + 2}", "--set", f"env.max_episode_steps={EPISODE}")
+    try:
+        endpoints = wait_for(lambda: (run_dir / "endpoints.json").exists()
+                             and json.loads((run_dir / "endpoints.json").read_text()), 60, "endpoints", proc)
+        obs, actions, rewards, finals = act_as_actor(endpoints["address"], time.monotonic() + 90)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+    finally:
+        kill_group(proc)
+
+    rows = metrics(run_dir)
+    assert [r["update"] for r in rows] == list(range(1, ROLLOUTS + 1)) and all(r["policy_lag"] == 1 for r in rows)
+    assert len(actions) == ROLLOUTS * T
+    # rollout r (1-based) is served by version r-2: update r-1 runs while it is collected
+    assert [a.version for a in actions] == [max(s // T - 1, 0) for s in range(ROLLOUTS * T)]
+
+    cfg = load(run_dir / "config.toml", [])
+    space = EnvSettings(env_id="Pendulum-v1")
+    env = make_env(space, 0)
+    obs_space, action_space = describe_spaces(env)
+    env.close()
+
+    saved = checkpoints_by_version(run_dir)
+
+    def weights(version: int):
+        model = build_model(obs_space, action_space, cfg.model)
+        model.load_state_dict(saved[version]["model"])
+        return model
+
+    W = {v: weights(v) for v in saved}
+    assert set(range(1, ROLLOUTS - 1)) <= set(W), f"weights versions on disk: {sorted(W)}"
+
+    # 1. served weights, exactly: the policy's generator (seeded with the run seed) drew one noise batch per step
+    noise_gen = torch.Generator().manual_seed(SEED)
+    noise = [torch.randn((K, 1), generator=noise_gen) for _ in range(ROLLOUTS * T)]
+
+    def predicted(model, s):
+        with torch.no_grad():
+            mean = model(torch.from_numpy(obs[s]))[0]
+            return (mean + model.head.log_std.exp() * noise[s]).numpy()
+
+    for r in range(3, ROLLOUTS + 1):
+        steps = range((r - 1) * T, r * T)
+        for s in steps:
+            np.testing.assert_allclose(actions[s].actions, predicted(W[r - 2], s), atol=1e-5, rtol=0,
+                                       err_msg=f"rollout {r} step {s}: not served by version {r - 2}")
+        for other in (r - 3, r - 1):
+            if other in W:
+                gap = max(np.abs(actions[s].actions - predicted(W[other], s)).max() for s in steps)
+                assert gap > 1e-4, f"versions {other} and {r - 2} act alike: the check above proves nothing"
+
+    # 2. update r replayed from checkpoint r-1 on the recorded rollout r lands on W_r
+    n = T * K
+    truncations = 0  # inside replayed rollouts, not at their last step
+    replayed = [r for r in range(3, ROLLOUTS + 1) if {r - 2, r - 1, r} <= set(W)]
+    assert len(replayed) >= 2, f"too few consecutive versions on disk to replay updates: {sorted(W)}"
+    for r in replayed:
+        served = W[r - 2]
+        steps = range((r - 1) * T, r * T)
+        with torch.no_grad():
+            o = torch.stack([torch.from_numpy(obs[s]) for s in steps])
+            a = torch.stack([torch.from_numpy(np.array(actions[s].actions)) for s in steps])
+            logprobs = torch.stack([served.evaluate(o[t], a[t])[0] for t in range(T)])
+            values = torch.stack([served.value(o[t]) for t in range(T)])
+            bootstrap = served.value(torch.from_numpy(obs[r * T]))
+        next_values = torch.cat([values[1:], bootstrap[None]])
+        truncated = torch.zeros((T, K), dtype=torch.bool)
+        for t, s in enumerate(steps):
+            for i, final in finals.get(s, {}).items():  # a truncation bootstraps from its last observation
+                truncated[t, i] = True
+                with torch.no_grad():
+                    next_values[t, i] = served.value(torch.from_numpy(final)[None])[0]
+        reward = torch.stack([torch.from_numpy(rewards[s]) for s in steps])
+        terminated = torch.zeros((T, K), dtype=torch.bool)
+        adv, ret = compute_gae(reward, values, next_values, terminated, truncated, cfg.ppo.gamma,
+                               cfg.ppo.gae_lambda)
+        truncations += int(truncated[:-1].sum())
+        batch = {"obs": o.flatten(0, 1), "actions": a.flatten(0, 1), "logprobs": logprobs.flatten(),
+                 "values": values.flatten(), "advantages": adv.flatten(), "returns": ret.flatten()}
+        model = weights(r - 1)
+        updater = new_updater(model, cfg.ppo)
+        updater.load_state_dict(saved[r - 1]["updater"])
+        gen = torch.Generator().manual_seed(SEED + 1)  # the learner's update generator
+        for _ in range((r - 1) * EPOCHS):  # what updates 1..r-1 drew
+            torch.randperm(n, generator=gen)
+        stats = run_update(updater, batch, r, gen)
+        assert stats["first_minibatch_ratio_max_dev"] == pytest.approx(rows[r - 1]["first_minibatch_ratio_max_dev"],
+                                                                       rel=1e-3, abs=1e-6)
+        for (name, p), q in zip(model.named_parameters(), W[r].parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=0,
+                                       msg=lambda text: f"update {r}, {name}: {text}")
+    assert truncations > 0, "no truncation inside a replayed rollout: the test would not see it treated as a termination"

@@ -1,0 +1,100 @@
+"""What a resume restores (issue 11, item 5): kill -9 the learner, `--resume`, and compare with the checkpoint.
+
+Pendulum with observation and reward normalization on, one actor with two envs, a checkpoint after every
+update. Every count is exact: an update is update_epochs x num_minibatches Adam steps, and a rollout
+adds num_steps x envs observations to the observation normalizer and to the reward scaler's statistics.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from tests.integration.cluster import kill_group, launch, metrics, wait_for
+
+pytestmark = pytest.mark.integration
+T, N, EPOCHS, MINIBATCHES, LR, TOTAL = 16, 2, 2, 2, 1e-3, 32_000
+EPS = 1e-4  # RunningMeanStd's initial count
+ARGS = ("--actors", "1", "--envs-per-actor", str(N), "--total-steps", str(TOTAL),
+        "--set", f"ppo.num_steps={T}", "--set", f"ppo.update_epochs={EPOCHS}",
+        "--set", f"ppo.num_minibatches={MINIBATCHES}", "--set", f"ppo.learning_rate={LR}",
+        "--set", "run.checkpoint_every=1", "--set", "log.keep_checkpoints=1000")
+
+
+def checkpoints(run_dir) -> dict[int, object]:
+    return {int(p.stem.split("_")[1]): p for p in (run_dir / "checkpoints").glob("ckpt_*.pt")}
+
+
+def load(path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def adam_steps(ckpt: dict) -> set[int]:
+    return {int(s["step"]) for s in ckpt["updater"]["optimizer"]["state"].values()}
+
+
+def counts(ckpt: dict) -> tuple[float, float]:
+    return float(ckpt["obs_norm"]["rms.count"]), float(ckpt["reward_scaler"]["rms.count"])
+
+
+def expected_lr(previous_env_steps: int) -> float:
+    """The annealing schedule: the rate of an update follows the env steps done before it."""
+    return LR * (1 - previous_env_steps / TOTAL)
+
+
+def stop(proc) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+
+
+def test_resume_restores_optimizer_schedule_normalizers_and_clock(tmp_path):
+    run_dir = tmp_path / "resume"
+    proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), *ARGS)
+    try:
+        wait_for(lambda: len(checkpoints(run_dir)) >= 3, 90, "three checkpoints", proc)
+        learner = json.loads((run_dir / "processes.json").read_text())["learner"]
+        os.kill(learner, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 1, "the launcher reports a dead learner"
+    finally:
+        kill_group(proc)
+
+    c = max(checkpoints(run_dir))
+    saved = load(checkpoints(run_dir)[c])
+    assert saved["update"] == c and saved["env_steps"] == c * T * N
+    assert adam_steps(saved) == {c * EPOCHS * MINIBATCHES}
+    assert counts(saved) == pytest.approx((EPS + c * T * N,) * 2, abs=1e-6)
+    rows_before = len(metrics(run_dir))
+
+    proc = launch("--resume", str(run_dir), *ARGS)
+    try:
+        wait_for(lambda: (c + 2) in checkpoints(run_dir), 90, "two checkpoints after the resume", proc)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+
+    resumed = load(checkpoints(run_dir)[c + 1])
+    assert resumed["update"] == c + 1 and resumed["env_steps"] == (c + 1) * T * N
+    assert adam_steps(resumed) == {(c + 1) * EPOCHS * MINIBATCHES}, "the optimizer's step count continues"
+    assert counts(resumed) == pytest.approx((EPS + (c + 1) * T * N,) * 2, abs=1e-6), "normalizer counts continue"
+
+    rows = metrics(run_dir)
+    first = next(r for r in rows[rows_before:] if r["update"] == c + 1)
+    assert first["learning_rate"] == pytest.approx(expected_lr(saved["env_steps"]), rel=1e-6)
+    # elapsed_s continues from the checkpoint's: it adds this update's own collect and update time
+    assert first["elapsed_s"] >= saved["elapsed_s"] + first["collect_s"] + first["update_s"] - 1e-6
+    assert resumed["elapsed_s"] == pytest.approx(first["elapsed_s"])
+    # and the schedule holds on every row, before and after the resume
+    previous = 0
+    for row in rows:
+        if row is first:
+            previous = saved["env_steps"]
+        assert row["learning_rate"] == pytest.approx(expected_lr(previous), rel=1e-6), row["update"]
+        previous = row["env_steps"]
