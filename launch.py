@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from multiprocessing.connection import wait
@@ -25,6 +26,7 @@ from learner.config import Config, ConfigError, field_docs, from_dict, load, to_
 
 log = logging.getLogger("launch")
 ENDPOINT_TIMEOUT_S = 120.0
+LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank ended
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,13 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-policy", action="store_true", help="uniform random actions instead of the network")
     p.add_argument("--track", action="store_true",
                    help="also log to Weights & Biases (log.track; project log.wandb_project; needs wandb)")
+    p.add_argument("--learners", type=int, default=None,
+                   help="learner ranks on this host, data-parallel over torch.distributed (default: cluster.learners, 1); "
+                        "under torchrun or srun each worker is one rank instead")
     p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
     return p
 
 
 def resolve_config(args) -> tuple[Config, Path]:
     overrides = list(args.set)
-    flags = {"cluster.actors": args.actors, "cluster.envs_per_actor": args.envs_per_actor,
+    flags = {"cluster.actors": args.actors, "cluster.envs_per_actor": args.envs_per_actor, "cluster.learners": args.learners,
              "run.total_steps": args.total_steps, "run.device": args.device, "run.seed": args.seed}
     overrides += [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     overrides += [f"run.{k}=true" for k in ("deterministic", "collect_only", "random_policy") if getattr(args, k)]
@@ -71,7 +76,42 @@ def resolve_config(args) -> tuple[Config, Path]:
     if args.run_dir:
         return cfg, Path(args.run_dir)
     name = re.sub(r"[^A-Za-z0-9]+", "-", cfg.env.env_id.split("/")[-1]).strip("-").lower()
-    return cfg, Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # under torchrun or srun every worker (and a restarted job) must name the same directory
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+    stamp = re.sub(r"[^A-Za-z0-9]+", "-", job) if external_job() and job else time.strftime('%Y%m%d-%H%M%S')
+    return cfg, Path("runs") / f"{name}-{stamp}"
+
+
+def external_job() -> dict | None:
+    """The rank this worker is, when torchrun or srun started it as one rank of a job (WORLD_SIZE > 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise ConfigError(f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the job with torchrun, "
+                          "or export them in the srun script (see the README's SLURM example)")
+    return {"rank": int(os.environ["RANK"]), "world": world}
+
+
+def check_learners(cfg: Config) -> None:
+    if external_job() and cfg.cluster.learners > 1:
+        raise ConfigError("--learners (cluster.learners) starts ranks on this host; under torchrun or srun each "
+                          "worker is already one rank: leave it at 1 and set --nproc-per-node instead")
+
+
+def restarted_by_torchrun(run_dir: Path) -> bool:
+    """torchrun --max-restarts starts the whole job again: it goes on from the run's newest checkpoint."""
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and any((run_dir / "checkpoints").glob("ckpt_*.pt")):
+        log.info("restart %s of this torchrun job: resuming from %s", os.environ["TORCHELASTIC_RESTART_COUNT"], run_dir)
+        return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def check_groups(cfg: Config, groups: int) -> None:
@@ -82,7 +122,8 @@ def check_groups(cfg: Config, groups: int) -> None:
                           f"--envs-per-actor (cluster.envs_per_actor, {k}) must be divisible by {groups}")
 
 
-def learner_process(cfg_dict: dict, run_dir: str, resume: bool) -> None:
+def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict) -> None:
+    os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
     from learner.main import run
     sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume))
 
@@ -114,22 +155,45 @@ class Cluster:
         self.cfg, self.run_dir, self.resume, self.groups = cfg, run_dir, resume, groups
         self.max_restarts = max_restarts
         self.ctx = mp.get_context("spawn")
-        self.learner = None
+        self.learners: list[mp.Process] = []  # this host's learner ranks
+        self.ranks = self._rank_envs()  # the environment of each (empty: one learner on its own)
         self.actors: dict[int, mp.Process] = {}
         self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
         self.restarts: dict[int, int] = {}
         self.refusals = self.ctx.SimpleQueue()  # (actor name, reason) from actors the learner refused
         self.refused: dict[str, str] = {}
         self.stopping = False
-        self.address = ""
+        self.addresses: list[str] = []  # each local learner rank's address; actor i joins rank i % len
+
+    @property
+    def learner(self) -> mp.Process:
+        return self.learners[0]
+
+    def _rank_envs(self) -> list[dict]:
+        """One environment per local learner: --learners G makes a G-rank job on this host; under torchrun or
+        srun this worker is one rank of theirs (its environment is inherited as it is)."""
+        job, g = external_job(), self.cfg.cluster.learners
+        if job is not None:
+            return [{"RANK": str(job["rank"])}]
+        if g == 1:
+            return [{}]
+        port = str(free_port())
+        return [{"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(g), "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": port} for r in range(g)]
+
+    def _endpoint_file(self, env: dict) -> Path:
+        rank = int(env.get("RANK", "0"))
+        return self.run_dir / (f"endpoints-rank-{rank}.json" if rank else "endpoints.json")
 
     def start(self) -> None:
-        (self.run_dir / "endpoints.json").unlink(missing_ok=True)
-        self.learner = self.ctx.Process(target=learner_process, name="learner",
-                                        args=(self.cfg.to_dict(), str(self.run_dir), self.resume))
-        self.learner.start()
+        for env in self.ranks:
+            self._endpoint_file(env).unlink(missing_ok=True)
+            proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",
+                                    args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env))
+            proc.start()
+            self.learners.append(proc)
         self._record_pids()
-        self.address = self._await_endpoint()
+        self.addresses = [self._await_endpoint(env, proc) for env, proc in zip(self.ranks, self.learners)]
         self._record_pids()
         for i in range(self.cfg.cluster.actors):
             self._start_actor(i)
@@ -141,25 +205,27 @@ class Cluster:
 
     def _record_pids(self) -> None:
         """RUN_DIR/processes.json: who is running, for users (and tests) looking for stragglers."""
-        info = {"launch": os.getpid(), "learner": self.learner.pid,
+        info = {"launch": os.getpid(), "learner": self.learner.pid, "learners": [p.pid for p in self.learners],
                 "actors": {str(i): p.pid for i, p in self.actors.items()}}
         if self.evaluator is not None:
             info["evaluator"] = self.evaluator.pid
-        tmp = self.run_dir / ".processes.json.tmp"
+        rank = int(self.ranks[0].get("RANK", "0")) if external_job() else 0
+        name = f"processes-rank-{rank}.json" if rank else "processes.json"
+        tmp = self.run_dir / f".{name}.tmp"
         tmp.write_text(json.dumps(info))
-        os.replace(tmp, self.run_dir / "processes.json")
+        os.replace(tmp, self.run_dir / name)
 
-    def _await_endpoint(self) -> str:
-        path, deadline = self.run_dir / "endpoints.json", time.monotonic() + ENDPOINT_TIMEOUT_S
-        while time.monotonic() < deadline and self.learner.is_alive() and not self.stopping:
+    def _await_endpoint(self, env: dict, learner: mp.Process) -> str:
+        path, deadline = self._endpoint_file(env), time.monotonic() + ENDPOINT_TIMEOUT_S
+        while time.monotonic() < deadline and all(p.is_alive() for p in self.learners) and not self.stopping:
             if path.exists():
                 return json.loads(path.read_text())["address"]
-            wait([self.learner.sentinel], timeout=0.1)
-        raise RuntimeError("the learner did not come up")
+            wait([learner.sentinel], timeout=0.1)
+        raise RuntimeError(f"the learner (rank {env.get('RANK', '0')}) did not come up within {ENDPOINT_TIMEOUT_S:g}s")
 
     def _start_actor(self, i: int) -> None:
         proc = self.ctx.Process(target=actor_process, name=f"actor-{i}", daemon=False, args=(
-            self.address, self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
+            self.addresses[i % len(self.addresses)], self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
             str(self.run_dir / "actors.log"), self._actor_keys(), self.refusals))
         proc.start()
         self.actors[i] = proc
@@ -173,11 +239,13 @@ class Cluster:
     def supervise(self) -> int:
         backoff_until: dict[int, float] = {}
         while True:
-            if self.stopping and self.learner.is_alive() and not getattr(self, "_signalled", False):
-                self.learner.terminate()  # SIGTERM: the learner checkpoints and says goodbye to actors
+            if self.stopping and not getattr(self, "_signalled", False):
+                for learner in self.learners:  # SIGTERM: rank 0 checkpoints, every rank says goodbye to its actors
+                    if learner.is_alive():
+                        learner.terminate()
                 self._signalled = True
-            wait([self.learner.sentinel, *[p.sentinel for p in self.actors.values()]], timeout=0.5)
-            if not self.learner.is_alive():
+            wait([*[p.sentinel for p in self.learners], *[p.sentinel for p in self.actors.values()]], timeout=0.5)
+            if not all(p.is_alive() for p in self.learners):
                 return self._shutdown()
             now = time.monotonic()
             for i, proc in list(self.actors.items()):
@@ -211,8 +279,28 @@ class Cluster:
             self.refused[who] = reason
         return self.refused.pop(name, "reason in actors.log")
 
+    def _stop_learners(self) -> list[int]:
+        """Once one learner rank has ended, the others follow: SIGTERM, then SIGKILL past a grace period (a
+        rank blocked in a collective with a dead peer only notices at its collective timeout)."""
+        first = next(p for p in self.learners if not p.is_alive())
+        alive = [p for p in self.learners if p.is_alive()]
+        if alive and first.exitcode != 0:
+            log.error("learner %s exited with code %s; stopping the other learner ranks", first.name, first.exitcode)
+            for proc in alive:
+                proc.terminate()
+        deadline = time.monotonic() + LEARNER_GRACE_S  # after a clean end the others are finishing too
+        for proc in alive:
+            proc.join(max(deadline - time.monotonic(), 0.1))
+            if proc.is_alive():
+                log.error("learner %s did not stop within %gs; killing it", proc.name, LEARNER_GRACE_S)
+                proc.kill()
+                proc.join()
+        return [p.exitcode for p in self.learners]
+
     def _shutdown(self) -> int:
-        code = self.learner.exitcode
+        codes = self._stop_learners()
+        failed = [c for c in codes if c != 0]
+        code = 0 if not failed else 2 if codes[0] == 2 else failed[0]
         if self.evaluator is not None:
             self.evaluator.terminate()
         if code not in (0, 2):
@@ -243,13 +331,19 @@ def main(argv=None) -> int:
             raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
         cfg, run_dir = resolve_config(args)
         check_groups(cfg, args.groups)
+        check_learners(cfg)
+        resume = bool(args.resume) or restarted_by_torchrun(run_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(to_toml(cfg))
-    log.info("run directory %s: learner + %d actors x %d envs", run_dir, cfg.cluster.actors, cfg.cluster.envs_per_actor)
-    cluster = Cluster(cfg, run_dir, resume=bool(args.resume), groups=args.groups, max_restarts=args.max_restarts)
+    tmp = run_dir / f".config.toml.{os.getpid()}"  # several workers of one job may write it at once
+    tmp.write_text(to_toml(cfg))
+    os.replace(tmp, run_dir / "config.toml")
+    learners = f"{cfg.cluster.learners} learner ranks" if cfg.cluster.learners > 1 else "learner"
+    log.info("run directory %s: %s + %d actors x %d envs", run_dir, learners, cfg.cluster.actors,
+             cfg.cluster.envs_per_actor)
+    cluster = Cluster(cfg, run_dir, resume=resume, groups=args.groups, max_restarts=args.max_restarts)
     signal.signal(signal.SIGINT, cluster.request_stop)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     try:

@@ -308,15 +308,16 @@ class Learner:
         for ret, length in self.ranks.gather_pairs(self.collector.episodes.take_new()):
             self.episodes.add(ret, int(length))
         widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
+        actors = self.ranks.gather_ints(len(self.gateway.registry))
         sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
         if self.ranks.main:
-            self._log(job, stats, widths, sums)
+            self._log(job, stats, widths, actors, sums)
         else:
             self.episodes.take_new()
         if job.update % self.cfg.run.checkpoint_every == 0:
             self._save_checkpoint(job.update, job.env_steps)
 
-    def _log(self, job: Job, stats: dict, widths: list[int], sums: list[str] | None) -> None:
+    def _log(self, job: Job, stats: dict, widths: list[int], actors: list[int], sums: list[str] | None) -> None:
         """Rank 0's metrics line and episodes.jsonl rows, for the whole job."""
         r, state, now = self.cfg.run, self.state, time.monotonic()
         state["elapsed_s"] += now - job.t0
@@ -330,7 +331,7 @@ class Learner:
             "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
             "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
             "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
-            "actors": len(self.gateway.registry), "env_slots": sum(widths), "weights_version": state["version"],
+            "actors": sum(actors), "env_slots": sum(widths), "weights_version": state["version"],
             "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": now - job.t1,
             "progress": min(job.env_steps / r.total_steps, 1.0),
             "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
@@ -339,7 +340,8 @@ class Learner:
             "policy_lag": r.policy_lag if self.lagged else 0, "events": self.gateway.events,
         }
         if sums is not None:
-            record.update(learners=self.ranks.world, rank_env_slots=widths, rank_weights_checksums=sums)
+            record.update(learners=self.ranks.world, rank_env_slots=widths, rank_actors=actors,
+                          rank_weights_checksums=sums)
         self.metrics.write(record)
         self.gateway.events = []
         for ret, length in ep.take_new():
