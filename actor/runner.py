@@ -35,6 +35,14 @@ class Retired(Exception):
     """The learner retired this actor (it was silent too long, e.g. stopped); it should hand-shake again."""
 
 
+class Redirected(Exception):
+    """Learner rank 0 sent this actor to another rank of a multi-rank job: hand-shake there."""
+
+    def __init__(self, address: str, reason: str):
+        super().__init__(f"sent to {address}: {reason}")
+        self.address = address
+
+
 
 @dataclass
 class ActorOptions:
@@ -95,9 +103,10 @@ def _parent_alive(pid: int) -> bool:
     return pid <= 0 or os.getppid() == pid
 
 
-def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list) -> str:
-    """One connection to a learner, from handshake to goodbye. Returns the goodbye reason."""
-    sock = connect_dealer(ctx, opts.learner, opts.max_message_mb << 20, curve=opts.curve)
+def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, address: str | None = None) -> str:
+    """One connection to a learner (opts.learner, or the rank it redirected us to), from handshake to
+    goodbye. Returns the goodbye reason."""
+    sock = connect_dealer(ctx, address or opts.learner, opts.max_message_mb << 20, curve=opts.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     groups = []
     try:
@@ -173,6 +182,8 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
             return msg
         if isinstance(msg, m.Error):  # "rejoin" before a welcome: odd, so retried like no answer at all
             raise LearnerGone(msg.reason) if msg.rejoin else Refused(msg.reason)
+        if isinstance(msg, m.Redirect):
+            raise Redirected(msg.address, msg.reason)
     raise LearnerGone(f"no answer from {opts.learner} within {opts.welcome_timeout_s:g}s")
 
 
@@ -182,12 +193,12 @@ def run(opts: ActorOptions, on_refused=None) -> int:
     Exit code: 0 on goodbye, EXIT_REFUSED when refused (after on_refused(reason), if given), 1 when the
     learner is gone."""
     ctx = zmq.Context()
-    backoff, gone_since = 0.5, None
+    backoff, gone_since, address = 0.5, None, None
     try:
         while True:
             joined = []
             try:
-                reason = run_session(opts, ctx, joined)
+                reason = run_session(opts, ctx, joined, address)
                 log.info("actor %s: learner said goodbye (%s)", opts.name, reason)
                 return 0
             except Refused as exc:
@@ -199,7 +210,12 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 log.warning("actor %s told by the learner: %s; rejoining", opts.name, exc)
                 backoff, gone_since = 0.5, None
                 continue
+            except Redirected as exc:  # once: if that rank goes away, rank 0 decides again
+                log.info("actor %s %s", opts.name, exc)
+                address = exc.address
+                continue
             except (LearnerGone, ProtocolError) as exc:
+                address = None  # back to the address the user named
                 if joined:  # a session that worked restarts the reconnection clock
                     backoff, gone_since = 0.5, None
                 gone_since = gone_since or time.monotonic()

@@ -155,6 +155,10 @@ class Gateway:
             problem = "observation space does not match the learner's"
         elif hs.action_space is not None and hs.action_space.to_dict() != self.action_space.to_dict():
             problem = "action space does not match the learner's"
+        if problem is None and (target := self.redirect_to(hs.num_envs)) is not None:
+            self._answer(identity, m.Redirect(target, "that learner rank has the fewest live env slots"))
+            self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to the rank at {target}")
+            return None
         if problem is None:
             expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,
                               obs_shape=self.obs_space.shape, obs_dtype=self.obs_space.dtype,
@@ -203,6 +207,10 @@ class Gateway:
 
     def on_retire(self, entry: ActorEntry) -> None:
         """Set by the collector to cut the actor's columns out of the rollout."""
+
+    def redirect_to(self, num_envs: int) -> str | None:
+        """Set by rank 0 of a multi-rank learner: the address of a less loaded rank for a joiner, or None."""
+        return None
 
     def check_liveness(self, timeout_s: float) -> None:
         for entry in self.registry.overdue(timeout_s):

@@ -213,6 +213,9 @@ class Learner:
             self.collector.double_buffer = True
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
         self.width, self.idle_said = 0, time.monotonic()
+        self.rank_slots: list[int] | None = None  # live env slots per rank, as of the last update
+        if ranks.distributed and ranks.main:
+            self.gateway.redirect_to = self._redirect_to
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
 
     def _sync_from_rank0(self) -> None:
@@ -286,6 +289,17 @@ class Learner:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
 
+    def _redirect_to(self, num_envs: int) -> str | None:
+        """Rank 0 sends a joiner to the rank with the fewest live env slots, once every rank has reported."""
+        if self.rank_slots is None:
+            return None  # before the first update: rank 0's own actors are still arriving
+        loads = [self.gateway.registry.num_slots(), *self.rank_slots[1:]]
+        best = min(range(len(loads)), key=lambda r: (loads[r], r))
+        if loads[best] >= loads[0]:
+            return None
+        self.rank_slots[best] += num_envs  # until the next update's count says otherwise
+        return self.rank_addresses[best]
+
     def _note_idle(self) -> None:
         if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
             self.idle_said = time.monotonic()
@@ -309,6 +323,7 @@ class Learner:
             self.episodes.add(ret, int(length))
         widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
         actors = self.ranks.gather_ints(len(self.gateway.registry))
+        self.rank_slots = self.ranks.gather_ints(self.gateway.registry.num_slots())
         sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
         if self.ranks.main:
             self._log(job, stats, widths, actors, sums)

@@ -89,6 +89,14 @@ class Error:
 
 
 @dataclass
+class Redirect:
+    """Learner rank 0 -> a joining actor: join the learner rank at `address` instead (it has the fewest
+    live env slots), so users name one address for a multi-rank job."""
+    address: str
+    reason: str = ""
+
+
+@dataclass
 class Expect:
     """What a peer agreed to at handshake; decode() checks step reports and actions against it."""
     group_size: int
@@ -101,7 +109,7 @@ class Expect:
 
 
 TYPES = {"handshake": Handshake, "welcome": Welcome, "step": StepReport, "actions": Actions,
-         "weights": Weights, "goodbye": Goodbye, "error": Error}
+         "weights": Weights, "goodbye": Goodbye, "error": Error, "redirect": Redirect}
 NAMES = {cls: name for name, cls in TYPES.items()}
 
 
@@ -253,5 +261,13 @@ def _error(body, arrays, expect):
     return Error(reason=_get(body, "reason", str)[:1000], rejoin=bool(rejoin))
 
 
+def _redirect(body, arrays, expect):
+    _no_arrays(arrays)
+    address = _get(body, "address", str)
+    if not address.startswith(("tcp://", "ipc://")) or len(address) > 512:
+        raise ProtocolError(f"redirect: address must be a tcp:// or ipc:// endpoint of at most 512 chars, got {address!r:.80}")
+    return Redirect(address=address, reason=_get(body, "reason", str)[:1000])
+
+
 _BUILDERS = {"handshake": _handshake, "welcome": _welcome, "step": _step, "actions": _actions,
-             "weights": _weights, "goodbye": _text(Goodbye), "error": _error}
+             "weights": _weights, "goodbye": _text(Goodbye), "error": _error, "redirect": _redirect}

@@ -65,7 +65,8 @@ def alive(pid: int) -> bool:
 
 def run_pids(run_dir: Path) -> list[int]:
     info = json.loads((Path(run_dir) / "processes.json").read_text())
-    return [info["launch"], info["learner"], *info["actors"].values(), *([info["evaluator"]] if info.get("evaluator") else [])]
+    return [info["launch"], info["learner"], *info.get("learners", []), *info["actors"].values(),
+            *([info["evaluator"]] if info.get("evaluator") else [])]
 
 
 def assert_no_stragglers(run_dir: Path, timeout: float = 10) -> None:

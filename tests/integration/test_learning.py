@@ -24,10 +24,10 @@ def _episodes(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def _train_until(run_dir: Path, config: str, budget: int, window: int, bar: float, timeout: float) -> dict:
+def _train_until(run_dir: Path, config: str, budget: int, window: int, bar: float, timeout: float, *extra) -> dict:
     """Train with `budget` env steps; return the first point where the mean of the last `window`
     episodes reaches `bar`, or fail with the best mean seen."""
-    proc = launch("--config", config, "--run-dir", str(run_dir), "--total-steps", str(budget))
+    proc = launch("--config", config, "--run-dir", str(run_dir), "--total-steps", str(budget), *extra)
     best = {"mean": float("-inf")}
 
     def reached():
@@ -61,6 +61,17 @@ def _train_until(run_dir: Path, config: str, budget: int, window: int, bar: floa
 def test_cartpole_reaches_475_within_150k_steps(tmp_path):
     hit = _train_until(tmp_path / "cartpole", "configs/cartpole.toml", 150_000, window=20, bar=475, timeout=240)
     print(f"CartPole: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
+
+
+def test_two_learner_ranks_reach_475_on_cartpole_within_150k_job_steps(tmp_path):
+    """2 ranks x 1 actor x 4 envs: the same 8 x 32 rollout per update as one rank, gradients all-reduced."""
+    run_dir = tmp_path / "cartpole-2ranks"
+    hit = _train_until(run_dir, "configs/cartpole.toml", 150_000, 20, 475, 300, "--learners", "2")
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["learners"] == 2 and r["rank_env_slots"] == [4, 4] for r in rows)
+    assert all(len(set(r["rank_weights_checksums"])) == 1 for r in rows), "the ranks' weights diverged"
+    assert (run_dir / "learner-rank-1.log").exists()
+    print(f"CartPole, 2 learner ranks: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
 
 
 def test_pendulum_reaches_minus_400_within_300k_steps(tmp_path):

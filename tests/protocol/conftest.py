@@ -98,6 +98,7 @@ def sample_cases() -> list[tuple[str, object, m.Expect | None]]:
         ("goodbye", m.Goodbye(reason="actor shutting down"), None),
         ("error", m.Error(reason="env 'X' does not match"), None),
         ("error-rejoin", m.Error(reason="retired: silent for more than 10s", rejoin=True), None),
+        ("redirect", m.Redirect(address="tcp://10.0.0.7:5557", reason="fewest live env slots"), None),
     ]
 
 

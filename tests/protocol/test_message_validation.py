@@ -149,6 +149,7 @@ def test_actions_group_out_of_range(pt):
     ("handshake", "env_id", 5), ("welcome", "actor_id", True), ("welcome", "actor_id", "3"),
     ("welcome", "slots", "0123"), ("welcome", "env", []), ("welcome", "run_id", None),
     ("goodbye", "reason", b"bytes"), ("error", "reason", 404), ("error", "rejoin", "yes"), ("error", "rejoin", 1),
+    ("redirect", "address", 5557), ("redirect", "reason", None),
 ])
 def test_field_of_the_wrong_type(msg_type, field, value, pt):
     _, msg, expect = next(c for c in pt.sample_cases() if m.NAMES[type(c[1])] == msg_type)
@@ -180,6 +181,13 @@ def test_a_refused_message_names_its_type_so_a_bad_handshake_can_be_answered(pt)
     with pytest.raises(ProtocolError) as garbage:
         m.decode([b"garbage"])
     assert garbage.value.message_type is None
+
+
+@pytest.mark.parametrize("address", ["10.0.0.7:5557", "http://x:1", "tcp://" + "a" * 600, ""])
+def test_a_redirect_names_a_zmq_endpoint(address, pt):
+    frames = pt.raw_message("redirect", {"address": address, "reason": ""})
+    with pytest.raises(ProtocolError, match="redirect: address must be"):
+        m.decode(frames)
 
 
 def test_an_error_without_rejoin_is_a_plain_refusal(pt):

@@ -1,0 +1,68 @@
+"""A learner of several ranks (launch.py --learners 2, real gloo process groups): one address for the job,
+ranks without actors take part, and a lost rank ends the job loud and resumable."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.integration.cluster import assert_no_stragglers, kill_group, launch, metrics, wait_for
+from tests.integration.test_elastic import endpoints, start_actor, stop
+
+pytestmark = pytest.mark.integration
+CARTPOLE = ("--config", "configs/cartpole.toml", "--learners", "2", "--total-steps", "10000000")
+
+
+def test_a_remote_actor_lands_on_the_least_loaded_rank_and_an_empty_rank_blocks_nobody(tmp_path):
+    run_dir = tmp_path / "redirect"
+    proc = launch(*CARTPOLE, "--actors", "1", "--run-dir", str(run_dir))
+    remote = None
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        # rank 1 has no actor: it takes part in every update with no samples, and nobody waits on it
+        wait_for(lambda: len([r for r in metrics(run_dir) if r["rank_env_slots"] == [4, 0]]) >= 3, 90,
+                 "updates while rank 1 has no actors", proc)
+        remote = start_actor(address, "--envs", "2", "--name", "remote")  # names rank 0's address
+        wait_for(lambda: [r for r in metrics(run_dir) if r["rank_env_slots"] == [4, 2]], 90,
+                 "the remote actor's envs on rank 1", proc)
+        events = [e for r in metrics(run_dir) for e in r["events"]]
+        assert any("remote" in e and "sent to the rank" in e for e in events), events
+        assert all(len(set(r["rank_weights_checksums"])) == 1 for r in metrics(run_dir))
+    finally:
+        if remote is not None:
+            kill_group(remote)
+        out = stop(proc)
+    assert proc.returncode == 0, out[-2000:]
+    assert "final checkpoint" in (run_dir / "learner.log").read_text()
+    assert_no_stragglers(run_dir)
+
+
+def test_a_killed_rank_ends_the_job_with_an_error_and_resume_continues(tmp_path):
+    run_dir = tmp_path / "killrank"
+    proc = launch(*CARTPOLE, "--actors", "2", "--run-dir", str(run_dir), "--set", "run.checkpoint_every=2",
+                  "--set", "cluster.collective_timeout_s=60")
+    try:
+        wait_for(lambda: list((run_dir / "checkpoints").glob("ckpt_*.pt")) and len(metrics(run_dir)) >= 3, 120,
+                 "a checkpoint and three updates", proc)
+        rank1 = json.loads((run_dir / "processes.json").read_text())["learners"][1]
+        os.kill(rank1, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=90)  # bounded: the other rank's collective fails, launch stops it
+    finally:
+        kill_group(proc)
+    assert proc.returncode not in (0, None), out[-2000:]
+    assert "learner-1 exited with code -9" in out, out[-2000:]
+    assert_no_stragglers(run_dir)
+    before = [r["update"] for r in metrics(run_dir)]
+    ckpt = max(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("ckpt_*.pt"))
+    resumed = launch("--resume", str(run_dir))
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= ckpt + 2 and metrics(run_dir)[-1]["update"] > max(before), 120,
+                 "updates after the resume", resumed)
+    finally:
+        out = stop(resumed)
+    assert resumed.returncode == 0, out[-2000:]
+    updates = [r["update"] for r in metrics(run_dir)]
+    assert updates == list(range(1, len(updates) + 1)), "the curve continues from the checkpoint, no repeats"
+    assert all(r["learners"] == 2 and len(set(r["rank_weights_checksums"])) == 1 for r in metrics(run_dir))
