@@ -57,7 +57,12 @@ def starting(what: str):
 def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise StartupError("run.device=cuda but no CUDA device is available")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+    if not (name == "cuda" or (name == "auto" and torch.cuda.is_available())):
+        return torch.device("cpu")
+    # one GPU per learner rank on a host (NCCL needs it): LOCAL_RANK, set by launch.py --learners and torchrun
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
 
 
 def probe_spaces(settings: EnvSettings, seed: int):
