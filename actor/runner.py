@@ -88,7 +88,10 @@ class EnvGroup:
                 if trunc[i] and not term[i]:
                     final_index.append(i)
                     final_obs.append(obs)
-                obs, _ = env.reset()
+                obs, reset_info = env.reset()
+                if "episode" in reset_info:  # the game ended inside the reset (a time limit struck there)
+                    ep_returns.append(float(reset_info["episode"]["r"]))
+                    ep_lengths.append(int(reset_info["episode"]["l"]))
             self.obs[i] = obs
         return m.StepReport(group, self.obs, rewards, term, trunc,
                             np.asarray(ep_returns, np.float64), np.asarray(ep_lengths, np.int64),

@@ -109,16 +109,26 @@ class EpisodicLife(gym.Wrapper):
 
     def reset(self, **kwargs):
         real = self.real_done or kwargs.get("seed") is not None
+        ended = {}
         if not real:
-            obs, _, terminated, truncated, info = self.env.step(0)
-            real = terminated or truncated  # the no-op itself ended the game
+            obs, _, terminated, truncated, ended = self.env.step(0)
+            real = terminated or truncated  # the no-op itself ended the game (a time limit)
             kwargs = {}
         if real:
             obs, info = self.env.reset(**kwargs)
+            info = _carry_episode(info, ended)
+        else:
+            info = ended
         self.real_done = False
         self.last_reset_was_real = real
         self.lives = self.unwrapped.ale.lives()
         return obs, {**info, "real_reset": real}
+
+
+def _carry_episode(info: dict, ended: dict) -> dict:
+    """A game that ended on a step taken inside reset() (its time limit struck there) is reported in the
+    reset's info, so its statistics are not lost; callers read info["episode"] after reset() too."""
+    return {**info, "episode": ended["episode"]} if "episode" in ended else info
 
 
 def needs_fire(env: gym.Env) -> bool:
@@ -143,8 +153,9 @@ class FireReset(gym.Wrapper):
         obs, info = self.env.reset(**kwargs)
         for action in (1, 2):
             obs, _, terminated, truncated, step_info = self.env.step(action)
-            if terminated or truncated:  # extremely rare; start again without replaying the seed
+            if terminated or truncated:  # rare (a time limit); start again without replaying the seed
                 obs, info = self.env.reset()
+                info = _carry_episode(info, step_info)
             else:
                 info = {**info, **step_info}  # keep real_reset, refresh lives / frame numbers
         return obs, info
@@ -221,6 +232,8 @@ class AgentStepLength(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
+        if "episode" in info:  # a game ended inside the reset: it ran for the caller's steps so far
+            info = {**info, "episode": {**info["episode"], "l": self._steps}}
         if info.get("real_reset", True):
             self._steps = 0
         return obs, info

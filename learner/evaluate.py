@@ -182,8 +182,12 @@ def play_episodes(model: ActorCritic, env, episodes: int, *, obs_norm: ObsNormal
         if "episode" in info:
             results.append(Episode(float(info["episode"]["r"]), int(info["episode"]["l"])))
         if terminated or truncated:
-            obs, _ = env.reset()
-            if video is not None and len(results) < min(record_until, episodes):
+            obs, reset_info = env.reset()
+            if "episode" in reset_info:  # the game ended inside the reset (its time limit struck there)
+                info = reset_info
+                results.append(Episode(float(info["episode"]["r"]), int(info["episode"]["l"])))
+            # a new game's first frame; after a lost life the game goes on from the frame just recorded
+            if video is not None and "episode" in info and len(results) < min(record_until, episodes):
                 video.add(env.render())
     return results
 
