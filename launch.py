@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from actor import EXIT_REFUSED
-from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml
+from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml, with_topology
 
 log = logging.getLogger("launch")
 ENDPOINT_TIMEOUT_S = 120.0
@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python launch.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"config keys (set in the TOML file or with --set section.key=value):\n{keys}")
     p.add_argument("--config", default="configs/breakout.toml", help="run config TOML (default: %(default)s)")
-    p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors, 8)")
-    p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor, 1)")
+    p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors; unset: from the cores, e.g. 2 on 2 cores)")
+    p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor; unset: cluster.envs / actors)")
     p.add_argument("--groups", type=int, default=1, choices=(1, 2),
                    help="env groups per actor; 2 double-buffers stepping and inference (default: %(default)s)")
     p.add_argument("--total-steps", type=int, default=None, help="agent steps to train (default: run.total_steps)")
@@ -330,6 +330,7 @@ def main(argv=None) -> int:
         if args.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
         cfg, run_dir = resolve_config(args)
+        cfg = with_topology(cfg)
         check_groups(cfg, args.groups)
         check_learners(cfg)
         resume = bool(args.resume) or restarted_by_torchrun(run_dir)

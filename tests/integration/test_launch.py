@@ -61,7 +61,7 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     (["--set", "ppo.no_such_key=1"], "ppo.no_such_key"),
     (["--set", "ppo.gamma=2.0"], "ppo.gamma"),
     (["--set", "ppo.clip_coef=abc"], "ppo.clip_coef"),
-    (["--actors", "-1"], "cluster.actors"),
+    (["--actors", "-2"], "cluster.actors"),
     (["--config", "configs/nope.toml"], "configs/nope.toml"),
     (["--envs-per-actor", "3", "--groups", "2"], "--envs-per-actor (cluster.envs_per_actor, 3) must be divisible by 2"),
     (["--actors", "2", "--envs-per-actor", "4000"], "more than the learner's limit of 4096"),
@@ -77,11 +77,12 @@ def test_bad_config_exits_2_naming_it(tmp_path, args, needle):
     assert not run_dir.exists(), "nothing may start on a bad config"
 
 
-def test_groups_2_with_the_default_one_env_per_actor_is_refused_within_seconds(tmp_path):
-    """Every actor's handshake would be refused (1 env cannot split into 2 groups): say so, start nothing."""
+def test_groups_2_with_one_env_per_actor_is_refused_within_seconds(tmp_path):
+    """Every actor's handshake would be refused (1 env cannot split into 2 groups): say so, start nothing.
+    (8 actors leave the default recipe's 8 envs at 1 per actor.)"""
     run_dir = tmp_path / "groups"
     started = time.monotonic()
-    result = run_launch("--groups", "2", "--run-dir", str(run_dir), timeout=30)
+    result = run_launch("--groups", "2", "--actors", "8", "--run-dir", str(run_dir), timeout=30)
     assert time.monotonic() - started < 15
     assert result.returncode == 2
     lines = [line for line in result.stdout.splitlines() if line.strip()]
