@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tests.integration.cluster import assert_no_stragglers, kill_group, launch, metrics, wait_for
+from tests.integration.cluster import assert_no_stragglers, kill_group, launch, metrics, run_launch, wait_for
 from tests.integration.test_elastic import endpoints, start_actor, stop
 
 pytestmark = pytest.mark.integration
@@ -66,3 +66,19 @@ def test_a_killed_rank_ends_the_job_with_an_error_and_resume_continues(tmp_path)
     updates = [r["update"] for r in metrics(run_dir)]
     assert updates == list(range(1, len(updates) + 1)), "the curve continues from the checkpoint, no repeats"
     assert all(r["learners"] == 2 and len(set(r["rank_weights_checksums"])) == 1 for r in metrics(run_dir))
+
+
+def test_a_one_rank_checkpoint_resumes_into_two_ranks(tmp_path):
+    run_dir = tmp_path / "grow"
+    first = run_launch("--config", "configs/cartpole.toml", "--total-steps", "2048", "--run-dir", str(run_dir),
+                       timeout=120)
+    assert first.returncode == 0, first.stdout[-2000:]
+    assert "learners" not in metrics(run_dir)[-1]
+    second = run_launch("--resume", str(run_dir), "--learners", "2", "--total-steps", "4096", timeout=120)
+    assert second.returncode == 0, second.stdout[-2000:]
+    rows = metrics(run_dir)
+    assert [r["update"] for r in rows] == list(range(1, len(rows) + 1)) and rows[-1]["env_steps"] >= 4096
+    grown = [r for r in rows if r.get("learners") == 2]
+    assert grown and grown[0]["update"] == 9, "rank 0 resumed from the 1-rank checkpoint at update 8"
+    # rank 1 took rank 0's weights and Adam state: any difference would show as diverged weights
+    assert all(len(set(r["rank_weights_checksums"])) == 1 for r in grown)
