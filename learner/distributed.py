@@ -72,8 +72,12 @@ class Ranks:
     def distributed(self) -> bool:
         return self.world > 1
 
-    def close(self) -> None:
-        if self.distributed and dist.is_initialized():
+    def close(self, clean: bool) -> None:
+        """After a clean end every rank meets once more before the group is torn down (tearing it down while
+        a peer is still mid-collective aborts gloo's threads); after a failure the peers may be gone, so the
+        group is left to the process exit."""
+        if self.distributed and dist.is_initialized() and clean:
+            dist.barrier()
             dist.destroy_process_group()
 
     # -- sums, maxima, gathers of small numbers ---------------------------------------------------------

@@ -65,6 +65,18 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
+def join_ranks(cfg: Config, device: torch.device) -> Ranks:
+    """This learner's place in a multi-rank job (1 rank of 1 without one), refusing what G > 1 lacks."""
+    with starting("cannot join the other learner ranks"):
+        ranks = Ranks.from_env(device, cfg.cluster.collective_timeout_s)
+    if ranks.distributed:
+        try:
+            check_multi_rank(cfg, f"{ranks.world} learner ranks")
+        except ConfigError as exc:
+            raise StartupError(str(exc)) from None
+    return ranks
+
+
 def probe_spaces(settings: EnvSettings, seed: int):
     """Build one env locally to learn its spaces."""
     from actor.envs import describe_spaces, make_env
@@ -144,13 +156,7 @@ class Learner:
             torch.use_deterministic_algorithms(True)
         torch.manual_seed(r.seed)
         self.device = device = pick_device(r.device)
-        with starting("cannot join the other learner ranks"):
-            self.ranks = ranks = Ranks.from_env(device, cfg.cluster.collective_timeout_s)
-        if ranks.distributed:
-            try:
-                check_multi_rank(cfg, f"{ranks.world} learner ranks")
-            except ConfigError as exc:
-                raise StartupError(str(exc)) from None
+        self.ranks = ranks = join_ranks(cfg, device)
         with starting(f"cannot make env {cfg.env.env_id!r}"):
             obs_space, action_space = probe_spaces(cfg.env, r.seed)
             # the actors' env: without its FrameStack when the learner stacks their newest frames
@@ -169,27 +175,7 @@ class Learner:
         if resume and ranks.main:
             self._resume()
         self._sync_from_rank0()
-        self.ctx = zmq.Context()
-        self.curve = None
-        if cfg.cluster.server_key:
-            from protocol.security import ServerKeys
-            with starting("cannot load the CURVE keys"):
-                self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
-                self.curve.start_authenticator(self.ctx)
-        run_id = uuid.uuid4().hex[:12]
-        address, weights_address = (rank_address(a, ranks.rank) for a in (cfg.cluster.address, cfg.cluster.weights_address))
-        with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
-            self.gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
-                                   r.seed + 100_003 * ranks.rank, self.state["update"], run_id,
-                                   cfg.cluster.max_message_mb << 20, curve=self.curve)
-        with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
-            self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
-        self.rank_addresses = ranks.gather_strings(self.gateway.endpoint)
-        write_endpoints(run_dir, {"address": self.gateway.endpoint, "weights_address": self.publisher.endpoint,
-                                  "pid": os.getpid(), "run_id": run_id, "rank": ranks.rank,
-                                  "ranks": self.rank_addresses}, ranks.rank)
-        log.info("learner on %s (weights on %s), device %s, model %s", self.gateway.endpoint, self.publisher.endpoint,
-                 device, type(model).__name__)
+        self._open_sockets(actor_env, actor_obs_space, action_space)
         if stack > 1:
             log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         self.policy = Policy(model, action_space, device, self.obs_norm,
@@ -217,11 +203,36 @@ class Learner:
             self.policy.model = copy.deepcopy(model)
             self.collector.double_buffer = True
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
-        self.width, self.idle_said = 0, time.monotonic()
+        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.rank_slots: list[int] | None = None  # live env slots per rank, as of the last update
         if ranks.distributed and ranks.main:
             self.gateway.redirect_to = self._redirect_to
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
+
+    def _open_sockets(self, actor_env, actor_obs_space, action_space) -> None:
+        """The gateway (actors' requests) and the weight publisher, bound at this rank's addresses."""
+        cfg, ranks = self.cfg, self.ranks
+        self.ctx = zmq.Context()
+        self.curve = None
+        if cfg.cluster.server_key:
+            from protocol.security import ServerKeys
+            with starting("cannot load the CURVE keys"):
+                self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
+                self.curve.start_authenticator(self.ctx)
+        run_id = uuid.uuid4().hex[:12]
+        address, weights_address = (rank_address(a, ranks.rank) for a in (cfg.cluster.address, cfg.cluster.weights_address))
+        with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
+            self.gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
+                                   cfg.run.seed + 100_003 * ranks.rank, self.state["update"], run_id,
+                                   cfg.cluster.max_message_mb << 20, curve=self.curve)
+        with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
+            self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
+        self.rank_addresses = ranks.gather_strings(self.gateway.endpoint)
+        write_endpoints(self.run_dir, {"address": self.gateway.endpoint, "weights_address": self.publisher.endpoint,
+                                       "pid": os.getpid(), "run_id": run_id, "rank": ranks.rank,
+                                       "ranks": self.rank_addresses}, ranks.rank)
+        log.info("learner on %s (weights on %s), device %s, model %s", self.gateway.endpoint, self.publisher.endpoint,
+                 self.device, type(self.model).__name__)
 
     def _sync_from_rank0(self) -> None:
         """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
@@ -286,6 +297,7 @@ class Learner:
             if path := self._save_checkpoint(state["update"], state["env_steps"]):
                 log.info("final checkpoint %s", path)
         log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
+        self.finished = True
 
     def _envs_needed(self) -> int:
         """Env slots to wait for before a rollout starts. One rank alone waits for its first min_envs, then
@@ -390,4 +402,4 @@ class Learner:
         if self.curve is not None:
             self.curve.stop()  # before term(): the authenticator's sockets would block it
         self.ctx.term()
-        self.ranks.close()
+        self.ranks.close(clean=self.finished)

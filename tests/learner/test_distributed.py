@@ -57,6 +57,7 @@ def _worker(rank: int, store: str, out_dir: str) -> None:
         with open(f"{out_dir}/checksum_{rank}", "w") as f:
             f.write(checksum(net))
     finally:
+        dist.barrier()  # both ranks done before the group is torn down
         dist.destroy_process_group()
 
 
