@@ -167,3 +167,13 @@ def test_progress_bar_on_a_terminal_never_reaches_the_log_file(tmp_path, monkeyp
     # every log line starts on a cleared line, and the bar comes back after it
     assert screen.count("\r\x1b[K") >= 3 and "an actor joined\n\r[##" in screen
     assert screen.endswith("\r\x1b[K") and metrics_module._bar is None
+
+
+def test_rows_past_the_checkpoint_are_moved_aside_on_resume(tmp_path):
+    from learner.metrics import drop_rows_after
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"update": u, "x": u}) + "\n" for u in (1, 2, 3, 4)) + '{"update": 5, "x"')
+    assert drop_rows_after(path, 2) == 3  # 3, 4 and the half-written line of the crash
+    assert [json.loads(line)["update"] for line in path.read_text().splitlines()] == [1, 2]
+    assert len((tmp_path / "metrics.jsonl.dropped").read_text().splitlines()) == 3
+    assert drop_rows_after(tmp_path / "absent.jsonl", 2) == 0
