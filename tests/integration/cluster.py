@@ -28,6 +28,29 @@ def run_launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
+def start_actor(address: str, *extra: str) -> subprocess.Popen:
+    """A standalone actor (python -m actor) in its own process group."""
+    return subprocess.Popen([sys.executable, "-m", "actor", "--learner", address, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def endpoints(run_dir: Path) -> dict | bool:
+    """The learner's endpoints.json, once it is written (False before)."""
+    path = Path(run_dir) / "endpoints.json"
+    return path.exists() and json.loads(path.read_text())
+
+
+def stop(proc: subprocess.Popen) -> str:
+    """SIGTERM (a clean stop: final checkpoint), wait, kill whatever is left; returns the output."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    return out
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -4,36 +4,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from protocol.security import generate_keypair
-from tests.integration.cluster import ROOT, alive, kill_group, launch, metrics, wait_for
+from tests.integration.cluster import alive, endpoints, kill_group, launch, metrics, start_actor, stop, wait_for
 
 pytestmark = pytest.mark.integration
 SMOKE = ("--config", "configs/smoke.toml", "--total-steps", "10000000")
-
-
-def start_actor(address: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "actor", "--learner", address, *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def endpoints(run_dir):
-    path = run_dir / "endpoints.json"
-    return path.exists() and json.loads(path.read_text())
-
-
-def stop(proc: subprocess.Popen) -> str:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        kill_group(proc)
-    return out
 
 
 def test_only_allowed_keys_join_and_a_joiner_widens_the_rollout(tmp_path):

@@ -6,7 +6,6 @@ Needs root and iproute2 (`ip netns`); skipped with the reason otherwise (e.g. an
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import shutil
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from protocol.security import generate_keypair
-from tests.integration.cluster import ROOT, kill_group, metrics, wait_for
+from tests.integration.cluster import ROOT, endpoints, kill_group, metrics, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -95,11 +94,6 @@ def finish(proc: subprocess.Popen, timeout: float) -> int | None:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
-
-
-def endpoints(run_dir: Path):
-    path = run_dir / "endpoints.json"
-    return path.exists() and json.loads(path.read_text())
 
 
 def test_learner_and_actor_in_separate_namespaces_train_over_curve(netns_pair, tmp_path):

@@ -8,8 +8,7 @@ import signal
 import pytest
 import torch
 
-from tests.integration.cluster import kill_group, launch, metrics, run_launch, wait_for
-from tests.integration.test_elastic import endpoints, start_actor, stop
+from tests.integration.cluster import endpoints, kill_group, launch, metrics, run_launch, start_actor, stop, wait_for
 
 pytestmark = pytest.mark.integration
 SMOKE = ("--config", "configs/smoke.toml")

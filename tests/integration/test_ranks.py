@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from tests.integration.cluster import assert_no_stragglers, kill_group, launch, metrics, run_launch, wait_for
-from tests.integration.test_elastic import endpoints, start_actor, stop
+from tests.integration.cluster import (assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
+                                       start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 CARTPOLE = ("--config", "configs/cartpole.toml", "--learners", "2", "--total-steps", "10000000")

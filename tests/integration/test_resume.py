@@ -13,7 +13,7 @@ import signal
 import pytest
 import torch
 
-from tests.integration.cluster import kill_group, launch, metrics, wait_for
+from tests.integration.cluster import kill_group, launch, metrics, stop, wait_for
 
 pytestmark = pytest.mark.integration
 T, N, EPOCHS, MINIBATCHES, LR, TOTAL = 16, 2, 2, 2, 1e-3, 32_000
@@ -43,15 +43,6 @@ def counts(ckpt: dict) -> tuple[float, float]:
 def expected_lr(previous_env_steps: int) -> float:
     """The annealing schedule: the rate of an update follows the env steps done before it."""
     return LR * (1 - previous_env_steps / TOTAL)
-
-
-def stop(proc) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.communicate(timeout=60)
-    finally:
-        kill_group(proc)
 
 
 def test_resume_restores_optimizer_schedule_normalizers_and_clock(tmp_path):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing as mp
-import os
 
 import numpy as np
 import pytest
