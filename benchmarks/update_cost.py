@@ -1,16 +1,21 @@
-"""The CPU cost of one PPO update (CleanRL's Atari recipe: 1,024 samples, 4 epochs x 4 minibatches) for the
-Nature CNN in channels-last (the model's layout) against NCHW, interleaved, with the median ratio.
+"""The learner's compute on CPU, variant against variant, interleaved, with the median ratio (issue 12, item 4).
 
-    python benchmarks/update_cost.py                     # 3 rounds x 2 updates each, torch threads = cores
+    python benchmarks/update_cost.py                        # layout: NCHW vs channels-last (the model's layout)
+    python benchmarks/update_cost.py --compare compile      # eager vs torch.compile(model): compile time, per update
+    python benchmarks/update_cost.py --compare gathers      # minibatch gathers: per minibatch vs once per epoch
+    python benchmarks/update_cost.py --compare act          # acting under torch.no_grad vs torch.inference_mode
     python benchmarks/update_cost.py --rounds 5 --threads 1
 
-Same math either way (only the memory layout of the conv activations and weights differs).
+One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epochs x 4 minibatches. Every
+variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
+faster.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -19,27 +24,18 @@ from learner.model import build_model
 from learner.ppo import PPOUpdater
 from protocol.spaces import SpaceSpec
 
+N = 1024
+OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
+ACTIONS = SpaceSpec(kind="discrete", n=4)
 
-def one_update_s(channels_last: bool, repeats: int) -> float:
+
+def new_model(channels_last: bool = True):
     torch.manual_seed(0)
-    model = build_model(SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8"), SpaceSpec(kind="discrete", n=4),
-                        ModelConfig())
+    model = build_model(OBS, ACTIONS, ModelConfig())
     if not channels_last:  # the old layout: NCHW weights and inputs
         model.to(memory_format=torch.contiguous_format)
         model.forward = _nchw_forward(model)
-    n = 1024
-    batch = {"obs": torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8), "actions": torch.randint(0, 4, (n,)),
-             "logprobs": torch.full((n,), -1.386), "values": torch.zeros(n), "advantages": torch.randn(n),
-             "returns": torch.randn(n)}
-    updater = PPOUpdater(model, PPOConfig(), "cpu")
-    gen = torch.Generator().manual_seed(0)
-    updater.update(batch, 0.0, gen)  # warm-up: oneDNN picks its kernels
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        updater.update(batch, 0.0, gen)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return model
 
 
 def _nchw_forward(model):
@@ -49,20 +45,108 @@ def _nchw_forward(model):
     return forward
 
 
+def new_batch() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"obs": torch.randint(0, 255, (N, 4, 84, 84), dtype=torch.uint8, generator=g),
+            "actions": torch.randint(0, 4, (N,), generator=g), "logprobs": torch.full((N,), -1.386),
+            "values": torch.zeros(N), "advantages": torch.randn(N, generator=g), "returns": torch.randn(N, generator=g)}
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def update_s(model, repeats: int) -> tuple[float, float]:
+    """(seconds of the first update, which includes any warm-up or compilation; median seconds per update after)."""
+    batch, updater, gen = new_batch(), PPOUpdater(model, PPOConfig(), "cpu"), torch.Generator().manual_seed(0)
+    first = median_time(lambda: updater.update(batch, 0.0, gen), 1)
+    return first, median_time(lambda: updater.update(batch, 0.0, gen), repeats)
+
+
+def compare_layout(repeats: int) -> tuple[float, float]:
+    return update_s(new_model(channels_last=False), repeats)[1], update_s(new_model(), repeats)[1]
+
+
+def compare_compile(repeats: int) -> tuple[float, float]:
+    eager_first, eager = update_s(new_model(), repeats)
+    compiled = new_model()
+    compiled.compile()
+    first, per_update = update_s(compiled, repeats)
+    print(f"  compile: first update {first:.1f} s (eager's first {eager_first:.1f} s), so about "
+          f"{first - per_update:.1f} s of compilation; pays back after {_payback(first - per_update, eager, per_update)}")
+    return eager, per_update
+
+
+def _payback(cost: float, before: float, after: float) -> str:
+    return f"{cost / (before - after):.0f} updates" if after < before else "never (not faster per update)"
+
+
+def compare_gathers(repeats: int) -> tuple[float, float]:
+    """The update's data movement alone: 4 epochs of 4 minibatch gathers of every key, or one gather of the
+    whole batch per epoch and contiguous slices (the same minibatches, the same bytes copied)."""
+    batch, gen = new_batch(), torch.Generator().manual_seed(0)
+
+    def per_minibatch():
+        for _ in range(4):
+            for idx in torch.tensor_split(torch.randperm(N, generator=gen), 4):
+                [v[idx] for v in batch.values()]
+
+    def per_epoch():
+        for _ in range(4):
+            shuffled = [v[torch.randperm(N, generator=gen)] for v in batch.values()]
+            for i in range(4):
+                [v[i * N // 4:(i + 1) * N // 4] for v in shuffled]
+    a, b = median_time(per_minibatch, repeats), median_time(per_epoch, repeats)
+    update = update_s(new_model(), 1)[1]
+    print(f"  gathers: {1000 * a:.1f} ms per update per minibatch, {1000 * b:.1f} ms once per epoch; "
+          f"an update takes {1000 * update:.0f} ms")
+    return a, b
+
+
+def compare_act(repeats: int) -> tuple[float, float]:
+    """One inference batch for 8 envs (the default 2 actors x 4 envs), as the policy serves it, 50 times."""
+    model, g = new_model(), torch.Generator().manual_seed(0)
+    model.eval()
+    obs = torch.randint(0, 255, (8, 4, 84, 84), dtype=torch.uint8)
+
+    def serve(mode):
+        def run():
+            for _ in range(50):
+                with mode():
+                    action, _, _ = model.act(obs, generator=g)
+                    action.numpy()
+        return run
+    serve(torch.no_grad)()  # warm-up: oneDNN picks its kernels
+    return median_time(serve(torch.no_grad), repeats) / 50, median_time(serve(torch.inference_mode), repeats) / 50
+
+
+COMPARISONS = {"layout": (compare_layout, "NCHW", "channels-last", "s per update"),
+               "compile": (compare_compile, "eager", "torch.compile", "s per update after the first"),
+               "gathers": (compare_gathers, "per minibatch", "per epoch", "s of gathers per update"),
+               "act": (compare_act, "no_grad", "inference_mode", "s per inference batch of 8")}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--compare", choices=sorted(COMPARISONS), default="layout")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=2, help="timed updates per variant and round")
+    p.add_argument("--repeats", type=int, default=2, help="timed runs per variant and round")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the cores)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    run, name_a, name_b, unit = COMPARISONS[args.compare]
     ratios = []
     for r in range(args.rounds):
-        nchw, nhwc = one_update_s(False, args.repeats), one_update_s(True, args.repeats)
-        ratios.append(nchw / nhwc)
-        print(f"round {r + 1}: NCHW {nchw:.2f} s, channels-last {nhwc:.2f} s per update, ratio {nchw / nhwc:.2f}")
-    print(f"median NCHW / channels-last over {args.rounds} rounds ({torch.get_num_threads()} threads): "
+        a, b = run(args.repeats)
+        ratios.append(a / b)
+        print(f"round {r + 1}: {name_a} {a:.4g}, {name_b} {b:.4g} {unit}, ratio {a / b:.2f}", flush=True)
+    print(f"median {name_a} / {name_b} over {args.rounds} rounds ({torch.get_num_threads()} threads): "
           f"{statistics.median(ratios):.2f}")
 
 

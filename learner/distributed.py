@@ -81,13 +81,19 @@ class Ranks:
             dist.destroy_process_group()
 
     # -- sums, maxima, gathers of small numbers ---------------------------------------------------------
-    @_collective
     def sum(self, values: list[float]) -> list[float]:
         if not self.distributed:
             return list(values)
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        return self.sum_tensor(torch.tensor(values, dtype=torch.float64, device=self.device)).tolist()
+
+    @_collective
+    def sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum over the ranks of a tensor that may stay on the device (no host read here)."""
+        if not self.distributed:
+            return t
+        t = t.to(self.device, copy=True)
         dist.all_reduce(t)
-        return t.tolist()
+        return t
 
     @_collective
     def any(self, flag: bool) -> bool:

@@ -9,14 +9,16 @@ from learner.config import PPOConfig
 from learner.distributed import Ranks
 
 STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "loss")
+FIRST_KEYS = ("first_minibatch_ratio_max_dev", "first_minibatch_clip_fraction")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
 
 
 def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
              new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
              entropy: torch.Tensor, cfg: PPOConfig, beta: float | None = None
-             ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Loss for one minibatch, to be minimized, and detached float statistics.
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
+    there, so that reading them is one host sync per update, not one per statistic and minibatch).
 
     KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
     drawn from pi_old its mean is an unbiased estimate of KL(pi_old || pi), and so is its gradient;
@@ -29,12 +31,12 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     if cfg.norm_adv and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-    stats: dict[str, float] = {}
+    stats: dict[str, torch.Tensor] = {}
     if cfg.variant == "kl":
         beta = cfg.kl_beta if beta is None else beta
         penalty = beta * kl.mean()
         pg_loss = -(ratio * advantages).mean() + penalty
-        stats["kl_penalty"] = penalty.item()
+        stats["kl_penalty"] = penalty.detach()
     else:
         clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
         pg_loss = torch.max(-advantages * ratio, -advantages * clipped).mean()
@@ -48,9 +50,9 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     entropy_mean = entropy.mean()
     loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
     with torch.no_grad():
-        stats.update(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
-                     approx_kl=kl.mean().item(),
-                     clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean().item())
+        stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
+                     approx_kl=kl.mean(), clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(),
+                     loss=loss.detach())
     return loss, stats
 
 
@@ -68,12 +70,13 @@ def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
     return min(max(beta, BETA_BOUNDS[0]), BETA_BOUNDS[1])
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
-    """1 - Var(R - V) / Var(R); nan when the returns do not vary (nothing to explain)."""
-    var_r = returns.double().var(unbiased=False)
-    if not torch.isfinite(var_r) or var_r.item() == 0:
-        return float("nan")
-    return float(1 - (returns.double() - values.double()).var(unbiased=False) / var_r)
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """1 - Var(R - V) / Var(R), a 0-d float64 tensor on their device; nan when the returns do not vary
+    (nothing to explain)."""
+    returns = returns.double()
+    var_r = returns.var(unbiased=False)
+    ev = 1 - (returns - values.double()).var(unbiased=False) / var_r
+    return torch.where(torch.isfinite(var_r) & (var_r > 0), ev, torch.full_like(ev, float("nan")))
 
 
 class PPOUpdater:
@@ -105,7 +108,11 @@ class PPOUpdater:
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
-        """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job)."""
+        """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
+
+        The statistics stay on the device until the end, where one read brings them all to the host: on a
+        GPU a read per minibatch would stall the queue of kernels 16 times per update (target_kl adds one
+        read per epoch, which the early stop needs)."""
         cfg = self.cfg
         obs = batch["obs"]
         n = obs.shape[0]
@@ -117,58 +124,63 @@ class PPOUpdater:
             group["lr"] = lr
         self.model.train()
 
-        totals: dict[str, float] = {}
+        keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ()) + ("grad_norm",)
+        totals = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
+        first: dict[str, torch.Tensor] = {}
         minibatches = epochs_run = 0
-        first: dict[str, float] = {}
         for epoch in range(cfg.update_epochs):
             perm_device = generator.device if generator is not None else obs.device
             perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)
-            kl = 0.0
+            last = totals.new_zeros(())
             for i, idx in enumerate(torch.tensor_split(perm, cfg.num_minibatches)):
                 job_size = sum(_split_sizes(c, cfg.num_minibatches)[i] for c in counts)
                 if job_size == 0:  # fewer samples than minibatches, on every rank
                     continue
                 weight = idx.numel() / job_size
                 stats = self._step(batch, idx, weight, first)
-                for key, value in stats.items():
-                    totals[key] = totals.get(key, 0.0) + weight * value
-                kl = weight * stats.get("approx_kl", 0.0)
+                totals += weight * torch.stack([stats[k].double() for k in keys])
+                last = weight * stats["approx_kl"]
                 minibatches += 1
             epochs_run = epoch + 1
-            if cfg.target_kl > 0 and self.ranks.sum([kl])[0] > cfg.target_kl:  # decided jointly
+            if cfg.target_kl > 0 and self.ranks.sum([float(last)])[0] > cfg.target_kl:  # decided jointly
                 break
 
-        keys = sorted(totals)  # the same keys on every rank (a rank without samples reports zeros)
-        pooled = self.ranks.sum([totals[k] for k in keys])
-        out = {key: value / max(minibatches, 1) for key, value in zip(keys, pooled)}
-        out.update(first)
-        out.update(learning_rate=lr, epochs_run=epochs_run, minibatches=minibatches,
-                   explained_variance=explained_variance(batch["values"], batch["returns"]) if n else float("nan"))
+        pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
+        ev = explained_variance(batch["values"], batch["returns"]) if n else totals.new_tensor(float("nan"))
+        extra = [first.get(k, totals.new_tensor(float("nan"))) for k in FIRST_KEYS]
+        values = torch.cat([pooled, torch.stack([ev.double()] + [x.double() for x in extra])]).tolist()  # the read
+        out = dict(zip(keys + ("explained_variance",) + FIRST_KEYS, values))
+        if not first:
+            for k in FIRST_KEYS:
+                del out[k]
+        out.update(learning_rate=lr, epochs_run=epochs_run, minibatches=minibatches)
         if cfg.variant == "kl":
             # Adjust beta from the mean measured KL of this update; reported value is the one for the next update.
             self.beta = kl_beta_update(self.beta, out["approx_kl"], cfg.kl_target)
             out["kl_beta"] = self.beta
         return out
 
-    def _step(self, batch: dict[str, torch.Tensor], idx: torch.Tensor, weight: float, first: dict) -> dict[str, float]:
+    def _step(self, batch: dict[str, torch.Tensor], idx: torch.Tensor, weight: float,
+              first: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Loss, gradients averaged over the ranks, the global grad-norm clip, one Adam step."""
         cfg, params = self.cfg, [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer.zero_grad(set_to_none=True)
-        stats = dict.fromkeys(STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ()), 0.0)
         if idx.numel():
             new_logprob, entropy, new_values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
             old_logprob = batch["logprobs"][idx]
-            loss, loss_stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
-                                        batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
+            loss, stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
+                                   batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
             if not first:
                 # Sanity check: before any step the policy is the one that collected the data.
                 with torch.no_grad():
-                    dev = (new_logprob - old_logprob).exp().sub(1).abs().max().item()
-                first.update(first_minibatch_ratio_max_dev=dev, first_minibatch_clip_fraction=loss_stats["clip_fraction"])
+                    first.update(first_minibatch_ratio_max_dev=(new_logprob - old_logprob).exp().sub(1).abs().max(),
+                                 first_minibatch_clip_fraction=stats["clip_fraction"])
             loss.backward()
-            stats.update(loss_stats, loss=loss.item())
+        else:  # a rank without samples still takes part in the gradient average, with zeros
+            zero = torch.zeros((), device=self.device)
+            stats = {k: zero for k in STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())}
         self.ranks.average_gradients(params, weight)
-        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        stats["grad_norm"] = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         self.optimizer.step()
         return stats
 

@@ -58,9 +58,21 @@ def _train_until(run_dir: Path, config: str, budget: int, window: int, bar: floa
     return hit
 
 
-def test_cartpole_reaches_475_within_150k_steps(tmp_path):
-    hit = _train_until(tmp_path / "cartpole", "configs/cartpole.toml", 150_000, window=20, bar=475, timeout=240)
-    print(f"CartPole: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
+LAG = pytest.mark.parametrize("lag", [0, 1], ids=["sync", "lagged"])
+
+
+@LAG
+def test_cartpole_reaches_475_within_150k_steps(tmp_path, lag):
+    """lagged: Cleanba's one-step policy lag (the next rollout collected with the previous weights) learns too."""
+    hit = _train_until(tmp_path / "cartpole", "configs/cartpole.toml", 150_000, 20, 475, 240,
+                       "--set", f"run.policy_lag={lag}")
+    _assert_lag(tmp_path / "cartpole", lag)
+    print(f"CartPole, policy_lag={lag}: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
+
+
+def _assert_lag(run_dir: Path, lag: int) -> None:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(r["policy_lag"] == lag for r in rows)
 
 
 def test_two_learner_ranks_reach_475_on_cartpole_within_150k_job_steps(tmp_path):
@@ -74,6 +86,9 @@ def test_two_learner_ranks_reach_475_on_cartpole_within_150k_job_steps(tmp_path)
     print(f"CartPole, 2 learner ranks: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
 
 
-def test_pendulum_reaches_minus_400_within_300k_steps(tmp_path):
-    hit = _train_until(tmp_path / "pendulum", "configs/pendulum.toml", 300_000, window=100, bar=-400, timeout=280)
-    print(f"Pendulum: mean of 100 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
+@LAG
+def test_pendulum_reaches_minus_400_within_300k_steps(tmp_path, lag):
+    hit = _train_until(tmp_path / "pendulum", "configs/pendulum.toml", 300_000, 100, -400, 280,
+                       "--set", f"run.policy_lag={lag}")
+    _assert_lag(tmp_path / "pendulum", lag)
+    print(f"Pendulum, policy_lag={lag}: mean of 100 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")

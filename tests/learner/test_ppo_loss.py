@@ -191,3 +191,28 @@ def test_update_deterministic_with_generator():
         results.append((stats, [p.detach().clone() for p in model.parameters()]))
     assert results[0][0] == results[1][0]
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+
+
+HOST_READS = ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy")
+
+
+@pytest.mark.parametrize("variant", ["clip", "kl"])
+def test_update_reads_its_statistics_from_the_device_once(monkeypatch, variant):
+    """On a GPU each read of a tensor's value waits for every queued kernel: the update's own code reads
+    once, at the end, not per minibatch and statistic (torch's own internals are not counted)."""
+    import sys
+    reads = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            if sys._getframe(1).f_code.co_filename.endswith(("learner/ppo.py", "learner/distributed.py")):
+                reads.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    model = make_model()
+    cfg = PPOConfig(variant=variant, update_epochs=4, num_minibatches=4)
+    stats = PPOUpdater(model, cfg, device="cpu").update(make_batch(model), progress=0.0)
+    monkeypatch.undo()
+    assert reads == ["tolist"]
+    assert stats["minibatches"] == 16 and math.isfinite(stats["policy_loss"]) and math.isfinite(stats["grad_norm"])
