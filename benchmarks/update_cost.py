@@ -74,6 +74,8 @@ def compare_layout(repeats: int) -> tuple[float, float]:
 
 def compare_compile(repeats: int) -> tuple[float, float]:
     eager_first, eager = update_s(new_model(), repeats)
+    torch._dynamo.reset()  # every round compiles from scratch, as a fresh run would
+    torch._inductor.config.fx_graph_cache = False  # (nor from the on-disk cache of an earlier round)
     compiled = new_model()
     compiled.compile()
     first, per_update = update_s(compiled, repeats)
@@ -83,7 +85,7 @@ def compare_compile(repeats: int) -> tuple[float, float]:
 
 
 def _payback(cost: float, before: float, after: float) -> str:
-    return f"{cost / (before - after):.0f} updates" if after < before else "never (not faster per update)"
+    return f"{cost / (before - after):.0f} updates" if after < before else "never (no faster per update)"
 
 
 def compare_gathers(repeats: int) -> tuple[float, float]:
