@@ -342,14 +342,17 @@ class Learner:
         actors = self.ranks.gather_ints(len(self.gateway.registry))
         self.rank_slots = self.ranks.gather_ints(self.gateway.registry.num_slots())
         sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
+        # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
+        rejected, dropped = map(int, self.ranks.sum([self.gateway.rejected, job.batch.dropped if job.batch else 0]))
         if self.ranks.main:
-            self._log(job, stats, widths, actors, sums)
+            self._log(job, stats, widths, actors, sums, rejected, dropped)
         else:
             self.episodes.take_new()
         if job.update % self.cfg.run.checkpoint_every == 0:
             self._save_checkpoint(job.update, job.env_steps)
 
-    def _log(self, job: Job, stats: dict, widths: list[int], actors: list[int], sums: list[str] | None) -> None:
+    def _log(self, job: Job, stats: dict, widths: list[int], actors: list[int], sums: list[str] | None,
+             rejected: int, dropped: int) -> None:
         """Rank 0's metrics line and episodes.jsonl rows, for the whole job."""
         r, state, now = self.cfg.run, self.state, time.monotonic()
         state["elapsed_s"] += now - job.t0
@@ -367,7 +370,7 @@ class Learner:
             "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": now - job.t1,
             "progress": min(job.env_steps / r.total_steps, 1.0),
             "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
-            "rejected_messages": self.gateway.rejected, "dropped_samples": job.batch.dropped if job.batch else 0,
+            "rejected_messages": rejected, "dropped_samples": dropped,
             "kl_beta": stats.get("kl_beta"), "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
             "policy_lag": r.policy_lag if self.lagged else 0, "events": self.gateway.events,
         }

@@ -7,6 +7,7 @@ import os
 import signal
 
 import pytest
+import zmq
 
 from tests.integration.cluster import (assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
                                        start_actor, stop, wait_for)
@@ -29,6 +30,11 @@ def test_a_remote_actor_lands_on_the_least_loaded_rank_and_an_empty_rank_blocks_
                  "the remote actor's envs on rank 1", proc)
         events = [e for r in metrics(run_dir) for e in r["events"]]
         assert any("remote" in e and "sent to the rank" in e for e in events), events
+        # garbage sent to rank 1 counts in the job's rejected_messages, which rank 0 writes
+        rank1 = json.loads((run_dir / "endpoints-rank-1.json").read_text())["address"]
+        _send_garbage(rank1)
+        wait_for(lambda: [r for r in metrics(run_dir) if r["rejected_messages"] >= 1], 90,
+                 "rank 1's rejected message in the job's metrics", proc)
         assert all(len(set(r["rank_weights_checksums"])) == 1 for r in metrics(run_dir))
     finally:
         if remote is not None:
@@ -37,6 +43,18 @@ def test_a_remote_actor_lands_on_the_least_loaded_rank_and_an_empty_rank_blocks_
     assert proc.returncode == 0, out[-2000:]
     assert "final checkpoint" in (run_dir / "learner.log").read_text()
     assert_no_stragglers(run_dir)
+
+
+def _send_garbage(address: str) -> None:
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 2000)  # until it has left: close() must not drop it
+        sock.connect(address)
+        sock.send(b"not a message")
+        sock.close()
+    finally:
+        ctx.term()
 
 
 def test_a_killed_rank_ends_the_job_with_an_error_and_resume_continues(tmp_path):
