@@ -111,8 +111,8 @@ class PPOUpdater:
         """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
 
         The statistics stay on the device until the end, where one read brings them all to the host: on a
-        GPU a read per minibatch would stall the queue of kernels 16 times per update (target_kl adds one
-        read per epoch, which the early stop needs)."""
+        GPU a read per statistic and minibatch would drain the queue of kernels about a hundred times per
+        update (target_kl adds one read per epoch, which the early stop needs)."""
         cfg = self.cfg
         obs = batch["obs"]
         n = obs.shape[0]
