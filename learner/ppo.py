@@ -9,7 +9,6 @@ from learner.config import PPOConfig
 from learner.distributed import Ranks
 
 STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "loss")
-FIRST_KEYS = ("first_minibatch_ratio_max_dev", "first_minibatch_clip_fraction")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
 
 
@@ -94,6 +93,7 @@ class PPOUpdater:
         self.model = model.to(self.device)
         self.cfg = cfg
         self.beta = cfg.kl_beta
+        self.loss_keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
 
     def learning_rate(self, progress: float) -> float:
@@ -124,7 +124,7 @@ class PPOUpdater:
             group["lr"] = lr
         self.model.train()
 
-        keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ()) + ("grad_norm",)
+        keys = self.loss_keys + ("grad_norm",)
         totals = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
         first: dict[str, torch.Tensor] = {}
         minibatches = epochs_run = 0
@@ -147,12 +147,10 @@ class PPOUpdater:
 
         pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
         ev = explained_variance(batch["values"], batch["returns"]) if n else totals.new_tensor(float("nan"))
-        extra = [first.get(k, totals.new_tensor(float("nan"))) for k in FIRST_KEYS]
-        values = torch.cat([pooled, torch.stack([ev.double()] + [x.double() for x in extra])]).tolist()  # the read
-        out = dict(zip(keys + ("explained_variance",) + FIRST_KEYS, values))
-        if not first:
-            for k in FIRST_KEYS:
-                del out[k]
+        names = keys + ("explained_variance", *first)
+        tail = torch.stack([ev.double(), *(x.double() for x in first.values())])
+        values = torch.cat([pooled, tail]).tolist()  # the update's one read from the device
+        out = dict(zip(names, values))
         out.update(learning_rate=lr, epochs_run=epochs_run, minibatches=minibatches)
         if cfg.variant == "kl":
             # Adjust beta from the mean measured KL of this update; reported value is the one for the next update.
@@ -178,7 +176,7 @@ class PPOUpdater:
             loss.backward()
         else:  # a rank without samples still takes part in the gradient average, with zeros
             zero = torch.zeros((), device=self.device)
-            stats = {k: zero for k in STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())}
+            stats = dict.fromkeys(self.loss_keys, zero)
         self.ranks.average_gradients(params, weight)
         stats["grad_norm"] = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         self.optimizer.step()
