@@ -23,6 +23,7 @@ from learner.framestack import LearnerFrameStack
 from learner.gateway import Gateway
 from learner.policy import Policy
 from learner.rollout import RolloutBuffer
+from learner.stalls import Stalled
 from protocol import messages as m
 
 log = logging.getLogger("learner")
@@ -76,6 +77,7 @@ class Collector:
         self.flow_through = False
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
+        self.heard = 0.0  # when the last message from an actor arrived
         self.episodes = EpisodeStats()
         gateway.on_retire = self._on_retire
 
@@ -96,11 +98,36 @@ class Collector:
                 return None
             self._start_rollout()
         self.rollouts += 1
+        self.heard = time.monotonic()
         while not self.buffer.is_complete():
             if should_stop():
                 return None
             self._pump(100)
+            if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
+                self._check_stall()
         return self.buffer
+
+    def _check_stall(self) -> None:
+        """Nothing arrived for actor_timeout_s mid-rollout. Unless some actor owes a report (liveness
+        retires it if it stays silent), nobody will ever finish the unfinished columns: the run ends,
+        saying where each one stands."""
+        buf, owing, stuck = self.buffer, set(), []
+        for col in range(buf.N):
+            if buf.dead[col] or buf.completed[col] >= buf.T:
+                continue
+            key = self._group_of(col)
+            actor = self.gateway.registry.get(key[0]) if key else None
+            if actor is not None and key[1] in actor.owes:
+                owing.add(f"{actor.name} group {key[1]}")
+                continue
+            where = ("waiting for inference" if key in self.waiting else
+                     "parked for the next rollout" if key in self.parked else "owed by nobody")
+            stuck.append(f"slot {buf.slots[col]} at step {buf.completed[col]}/{buf.T} ({where})")
+        if not owing:
+            raise Stalled(f"rollout {self.rollouts} cannot finish, no actor owes it a step: {', '.join(stuck)}")
+        log.warning("no step report for %.0fs; the rollout waits on %s (an actor silent for %gs is retired)",
+                    time.monotonic() - self.heard, ", ".join(sorted(owing)), self.actor_timeout_s)
+        self.heard = time.monotonic()
 
     def _await_envs(self, need: int, should_stop) -> bool:
         """Wait for `need` env slots ready to start a rollout, logging every actor_timeout_s."""
@@ -147,7 +174,10 @@ class Collector:
             w.fresh = False
 
     def _pump(self, timeout_ms: int) -> None:
-        for item in self.gateway.poll(timeout_ms):
+        items = self.gateway.poll(timeout_ms)
+        if items:
+            self.heard = time.monotonic()
+        for item in items:
             if isinstance(item.msg, m.StepReport):
                 self._on_report(item.actor, item.msg)
             else:  # Goodbye or Error: the actor is leaving

@@ -32,6 +32,7 @@ from learner.model import build_model
 from learner.normalize import ObsNormalizer, RewardScaler
 from learner.policy import Policy
 from learner.ppo import PPOUpdater
+from learner.stalls import Stalled
 from learner.update_runner import UpdateRunner
 from learner.weights import WeightPublisher
 from protocol.settings import EnvSettings
@@ -124,7 +125,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
         return 1
     try:
         learner.train()
-    except RanksLost as exc:
+    except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
         log.error("error: %s", exc)
         return 1
     finally:

@@ -7,6 +7,7 @@ step, the truncated episode's final observation and the bootstrap observation.
 """
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -21,6 +22,7 @@ from learner.config import ModelConfig
 from learner.gateway import Gateway
 from learner.model import build_model
 from learner.policy import Policy
+from learner.stalls import Stalled
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
@@ -143,3 +145,45 @@ def test_one_rollout_lands_where_it_belongs(learner_side):
     torch.testing.assert_close(buf.next_values[0], buf.values[1])
     np.testing.assert_array_equal(extra["dones"].numpy(), terminated | truncated)
     assert extra["valid"].all()
+
+
+def _join_without_serving(ctx, endpoint: str):
+    """An actor that hands in its first report and then only listens: it owes the learner nothing."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    sock.send_multipart(m.encode(m.Handshake(K, "listener")))
+    sock.send_multipart(m.encode(m.StepReport(0, obs_after(0), np.zeros(K, np.float32), np.zeros(K, bool),
+                                              np.zeros(K, bool), first=True)))
+    return sock
+
+
+def test_a_group_nobody_serves_ends_the_rollout_loud(learner_side):
+    """A learner bug that forgets a group would leave the rollout waiting forever (the actor owes nothing,
+    so no liveness check fires): the collector says which slots wait on nobody and stops the run."""
+    ctx, gateway, model, policy, collector = learner_side
+    sock = _join_without_serving(ctx, gateway.endpoint)
+    collector.actor_timeout_s = 0.3
+    collector._infer = lambda: collector.waiting.clear()  # the bug, simulated: a group that reported is never inferred
+    deadline = time.monotonic() + 20
+    try:
+        with pytest.raises(Stalled, match=r"no actor owes it a step: slot 0 at step 0/4 \(owed by nobody\), slot 1 at step 0/4 \(owed by nobody\)"):
+            collector.collect(K, lambda: time.monotonic() > deadline)
+    finally:
+        sock.close()
+
+
+def test_a_silent_actor_is_named_then_retired_and_the_rollout_ends(learner_side, caplog):
+    """No false alarm: an actor that was sent actions and never answers owes a report: it is waited on (and
+    named, if nothing else arrives meanwhile), then retired, and the rollout ends without its columns."""
+    ctx, gateway, model, policy, collector = learner_side
+    sock = _join_without_serving(ctx, gateway.endpoint)
+    collector.actor_timeout_s = 0.3
+    deadline = time.monotonic() + 20
+    try:
+        with caplog.at_level(logging.INFO, logger="learner"):
+            buf = collector.collect(K, lambda: time.monotonic() > deadline)
+    finally:
+        sock.close()
+    assert buf is not None and buf.dead == [True, True] and buf.completed == [0, 0]
+    assert "actor listener left: silent for more than 0.3s" in caplog.text
