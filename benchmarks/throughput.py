@@ -1,6 +1,6 @@
 """Throughput benchmark (issue 4): this system against the env ceiling and AsyncVectorEnv, side by side.
 
-    python benchmarks/throughput.py                 # all rows, N = os.cpu_count(), sweep: ~3 min on 2 cores
+    python benchmarks/throughput.py                 # all rows, N = os.cpu_count(), sweep: ~5 min on 2 cores
     python benchmarks/throughput.py --quick         # smoke check (short durations, no sweep)
     python benchmarks/throughput.py --envs-per-actor 4 --groups 2 --no-sweep
 
@@ -325,7 +325,7 @@ def markdown(result: dict) -> str:
                      f"{fmt(row.get('cores_used'), 2)} | {fmt(per_cpu(row))} | {pct(cpu_ratio(row, ceiling))} | "
                      f"{row['other_load_cores']:.2f} |")
     lines += ["", "| ratio | agent steps/s | per CPU-second | target |", "|---|---:|---:|---|"]
-    targets = {"collect-random / ceiling": ">= 80%"}
+    targets = {"collect-random / ceiling": ">= 90%"}
     for key, value in r.items():
         lines.append(f"| {key} | {pct(value)} | {pct(result['cpu_ratios'].get(key))} | {targets.get(key, '')} |")
     t = rows.get("training")
@@ -369,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="ALE/Breakout-v5", help="gymnasium id (default: %(default)s)")
     p.add_argument("--actors", type=int, default=os.cpu_count(), help="N: actor processes, ceiling processes "
                    "(default: os.cpu_count() = %(default)s)")
-    p.add_argument("--envs-per-actor", type=int, default=16, help="E: envs per process; many envs per message amortize its cost (default: %(default)s)")
+    p.add_argument("--envs-per-actor", type=int, default=32,
+                   help="E: envs per process; many envs per message amortize its cost (default: %(default)s: "
+                        "16 per message, 0.92x the ceiling on 2 cores where 8 per message gave 0.88x)")
     p.add_argument("--groups", type=int, default=2, choices=(1, 2), help="env groups per actor: 2 steps one half while the other waits (default: 2)")
     p.add_argument("--seconds", type=float, default=None, help="measured seconds per row (default: 20, --quick 5)")
     p.add_argument("--warmup", type=float, default=None, help="uncounted seconds before measuring the ceiling "
