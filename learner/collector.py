@@ -23,7 +23,7 @@ from learner.framestack import LearnerFrameStack
 from learner.gateway import Gateway
 from learner.policy import Policy
 from learner.rollout import RolloutBuffer
-from learner.stalls import Stalled
+from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
 
 log = logging.getLogger("learner")
@@ -78,6 +78,7 @@ class Collector:
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
+        self.watchdog: Watchdog | None = None  # petted on every pass: the collector's loops are the learner's
         self.episodes = EpisodeStats()
         gateway.on_retire = self._on_retire
 
@@ -175,6 +176,8 @@ class Collector:
 
     def _pump(self, timeout_ms: int) -> None:
         items = self.gateway.poll(timeout_ms)
+        if self.watchdog is not None:
+            self.watchdog.pet()
         if items:
             self.heard = time.monotonic()
         for item in items:

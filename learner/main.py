@@ -27,17 +27,18 @@ from learner.config import Config, ConfigError, check_multi_rank
 from learner.distributed import Ranks, RanksLost, checksum, env_rank, min_envs_of_rank, rank_address
 from learner.gateway import Gateway
 from learner.evaluate import broadcast_state
-from learner.metrics import MetricsWriter, drop_rows_after, setup_logging
+from learner.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
 from learner.model import build_model
 from learner.normalize import ObsNormalizer, RewardScaler
 from learner.policy import Policy
 from learner.ppo import PPOUpdater
-from learner.stalls import Stalled
+from learner.stalls import Stalled, Watchdog
 from learner.update_runner import UpdateRunner
 from learner.weights import WeightPublisher
 from protocol.settings import EnvSettings
 
 log = logging.getLogger("learner")
+HANG_S = 900.0  # the learner's main thread away from all of its loops this long: hung (see Watchdog)
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
 
 
@@ -209,6 +210,7 @@ class Learner:
         if ranks.distributed and ranks.main:
             self.gateway.redirect_to = self._redirect_to
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
+        self.watchdog: Watchdog | None = None  # armed while training
 
     def _open_sockets(self, actor_env, actor_obs_space, action_space) -> None:
         """The gateway (actors' requests) and the weight publisher, bound at this rank's addresses."""
@@ -270,6 +272,10 @@ class Learner:
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
         in_flight = None  # policy lag: the update that runs while the next rollout is collected
+        # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
+        self.watchdog = Watchdog(self.run_dir / log_name(self.ranks.rank),
+                                 max(HANG_S, 2 * self.cfg.cluster.collective_timeout_s))
+        self.collector.watchdog = self.watchdog
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
             rollout = self.collector.collect(self._envs_needed(), self.stop)
@@ -287,6 +293,7 @@ class Learner:
             state["update"], state["env_steps"] = job.update, job.env_steps
             if in_flight is not None:
                 self._finish(in_flight)
+            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or in the background
             self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
             if self.lagged:
                 in_flight = job
@@ -330,6 +337,7 @@ class Learner:
 
     def _finish(self, job: Job) -> None:
         """After an update: publish the new weights, write its metrics line, maybe a checkpoint."""
+        self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = self.runner.result()
         if self.lagged:
             self.policy.model.load_state_dict(self.model.state_dict())
@@ -398,6 +406,8 @@ class Learner:
                                score=self.metrics.score())
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.metrics is not None:
             self.metrics.close()
             self.episodes_file.close()

@@ -24,6 +24,10 @@ FIELDS = ("update", "env_steps", "sps", "episode_return_mean", "episode_length_m
 TIMING_FIELDS = ("sps", "elapsed_s", "eta_s", "update_s", "collect_s")
 
 
+def log_name(rank: int) -> str:
+    return f"learner-rank-{rank}.log" if rank else "learner.log"
+
+
 def setup_logging(run_dir: Path, rank: int = 0) -> None:
     """Log lines go to stdout and RUN_DIR/learner.log (appended, so a resumed run keeps its history).
 
@@ -32,8 +36,7 @@ def setup_logging(run_dir: Path, rank: int = 0) -> None:
     root.setLevel(logging.INFO)
     tag = f"[rank {rank}] " if rank else ""
     fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
-    name = f"learner-rank-{rank}.log" if rank else "learner.log"
-    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / name)):
+    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
 

@@ -59,12 +59,16 @@ class UpdateRunner:
             raise error
         return self._stats
 
+    def deadline(self) -> float:
+        """Seconds an update may take before it is taken for hung."""
+        return max(self.deadline_s, 10 * self.slowest)
+
     def _join(self, thread: threading.Thread) -> None:
         """Wait for the background update: a log line if it is slow, Stalled with its stack if it never ends."""
         thread.join(self.say_after_s)
         if not thread.is_alive():
             return
-        deadline = max(self.deadline_s, 10 * self.slowest)
+        deadline = self.deadline()
         log.warning("the update is still running %.0fs after the rollout finished (slowest so far %.1fs); "
                     "waiting up to %.0fs", self.say_after_s, self.slowest, deadline)
         thread.join(max(deadline - self.say_after_s, 0.0))
