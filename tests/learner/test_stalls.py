@@ -16,9 +16,9 @@ HUNG = """
     def a_call_that_never_returns():
         time.sleep(120)  # stands in for a kernel or a socket that hangs
 
-    dog = Watchdog(Path(sys.argv[1]), timeout_s=0.5)
-    end = time.monotonic() + 1.5
-    while time.monotonic() < end:  # a loop that comes back often enough: no alarm
+    dog = Watchdog(Path(sys.argv[1]), timeout_s=2.0)
+    end = time.monotonic() + 4.0
+    while time.monotonic() < end:  # a loop that comes back often (its work simulated): no alarm
         dog.pet()
         time.sleep(0.01)
     print("still alive after petting", flush=True)
@@ -31,10 +31,10 @@ FINISHES = """
     from learner.stalls import Watchdog
 
     dog = Watchdog(Path(sys.argv[1]), timeout_s=0.5)
-    dog.pet(budget_s=1.5)  # a long update, announced
-    time.sleep(1.0)  # longer than timeout_s, within the budget
+    dog.pet(budget_s=3.0)  # a long update, announced
+    time.sleep(1.0)  # the update (simulated): longer than timeout_s, well within the budget
     dog.stop()
-    time.sleep(1.0)  # past the budget too: stopped means stopped
+    time.sleep(3.0)  # past the budget too: stopped means stopped
     print("done", flush=True)
 """
 
