@@ -9,12 +9,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 HUNG = """
-    import sys, time
+    import sys, threading, time
     from pathlib import Path
     from learner.stalls import Watchdog
 
     def a_call_that_never_returns():
-        time.sleep(120)  # stands in for a kernel or a socket that hangs
+        threading.Event().wait()  # nobody sets it: a join, a lock or a socket that never answers
 
     dog = Watchdog(Path(sys.argv[1]), timeout_s=2.0)
     end = time.monotonic() + 4.0
