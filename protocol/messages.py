@@ -1,6 +1,7 @@
 """The messages actors and the learner exchange, as dataclasses, with their encoding and validation.
 
-Data path: Handshake -> Welcome, then StepReport -> Actions repeatedly, Goodbye from either side.
+Data path: Handshake -> Welcome, Starting while the actor builds its envs, then StepReport -> Actions
+repeatedly, Goodbye from either side.
 Weights go out on the publish socket. `decode(frames, expect=...)` checks every field, and every array's
 dtype and shape against what the handshake agreed (an `Expect`), and raises ProtocolError otherwise.
 """
@@ -39,6 +40,14 @@ class Welcome:
     obs_space: SpaceSpec
     action_space: SpaceSpec
     run_id: str = ""
+
+
+@dataclass
+class Starting:
+    """Actor -> learner between its Welcome and its first step reports: still building (or resetting) its
+    envs, `built` of `total` done. A sign of life, so start-up time is never taken for silence."""
+    built: int
+    total: int
 
 
 @dataclass
@@ -108,7 +117,7 @@ class Expect:
     max_bytes: int = codec.DEFAULT_MAX_BYTES
 
 
-TYPES = {"handshake": Handshake, "welcome": Welcome, "step": StepReport, "actions": Actions,
+TYPES = {"handshake": Handshake, "welcome": Welcome, "starting": Starting, "step": StepReport, "actions": Actions,
          "weights": Weights, "goodbye": Goodbye, "error": Error, "redirect": Redirect}
 NAMES = {cls: name for name, cls in TYPES.items()}
 
@@ -232,9 +241,39 @@ def _step(body, arrays, expect):
         _check(arrays, "final_obs", codec.DTYPE_NAMES[obs.dtype], (n_final, *obs.shape[1:]))
     elif report.final_obs is not None and (report.final_obs.ndim == 0 or len(report.final_obs)):
         raise ProtocolError("step: final_obs given without final_index")
-    if not np.logical_and.reduce(np.isfinite(report.rewards)):  # = .all(), without its Python-level wrapper
-        raise ProtocolError("step: rewards must be finite")
+    _check_outcome(report)
     return report
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    return bool(np.logical_and.reduce(np.isfinite(arr), axis=None))  # = .all(), without its Python wrapper
+
+
+def _check_outcome(report: StepReport) -> None:
+    """What the learner trusts beyond shapes: finite numbers, and a final observation for exactly the envs
+    cut by a time limit (truncated, not terminated), so none is bootstrapped from its reset observation."""
+    if not _all_finite(report.rewards):
+        raise ProtocolError("step: rewards must be finite")
+    if report.obs.dtype.kind == "f" and not _all_finite(report.obs):
+        raise ProtocolError("step: obs must be finite (NaN or inf in a float observation)")
+    if report.final_obs is not None and report.final_obs.dtype.kind == "f" and not _all_finite(report.final_obs):
+        raise ProtocolError("step: final_obs must be finite (NaN or inf in a float observation)")
+    if len(report.episode_returns) and not _all_finite(report.episode_returns):
+        raise ProtocolError("step: episode_returns must be finite")
+    if len(report.episode_lengths) and report.episode_lengths.min() < 0:
+        raise ProtocolError("step: episode_lengths must be >= 0")
+    cut = np.flatnonzero(report.truncated & ~report.terminated).tolist()
+    if sorted(report.final_index.tolist()) != cut:
+        raise ProtocolError(f"step: final_index {report.final_index.tolist()[:8]} must list each env truncated "
+                            f"and not terminated once, {cut[:8]}")
+
+
+def _starting(body, arrays, expect):
+    _no_arrays(arrays)
+    built, total = _get(body, "built", int), _get(body, "total", int)
+    if not 0 <= built <= total <= 4096:
+        raise ProtocolError(f"starting: need 0 <= built <= total <= 4096, got {built}/{total}")
+    return Starting(built=built, total=total)
 
 
 def _actions(body, arrays, expect):
@@ -269,5 +308,5 @@ def _redirect(body, arrays, expect):
     return Redirect(address=address, reason=_get(body, "reason", str)[:1000])
 
 
-_BUILDERS = {"handshake": _handshake, "welcome": _welcome, "step": _step, "actions": _actions,
+_BUILDERS = {"handshake": _handshake, "welcome": _welcome, "starting": _starting, "step": _step, "actions": _actions,
              "weights": _weights, "goodbye": _text(Goodbye), "error": _error, "redirect": _redirect}

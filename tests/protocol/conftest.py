@@ -83,6 +83,7 @@ def sample_cases() -> list[tuple[str, object, m.Expect | None]]:
         ("welcome", m.Welcome(actor_id=3, slots=[4, 5, 6, 7], seeds=[2**40 + 1, 7, 0, 2**62],
                               env=EnvSettings(env_id="ALE/Pong-v5", frame_stack=2).to_dict(),
                               obs_space=IMG_SPACE, action_space=DISCRETE_SPACE, run_id="run-20240101"), None),
+        ("starting", m.Starting(built=12, total=32), None),
         ("step-plain", make_step(EXPECT_IMG, group=1, first=True, seed=1), EXPECT_IMG),
         ("step-finals", make_step(EXPECT_IMG, group=0, final_index=[1, 3], n_episodes=3, seed=2), EXPECT_IMG),
         ("step-vec", make_step(EXPECT_VEC, final_index=[2], n_episodes=1, seed=3), EXPECT_VEC),
@@ -175,10 +176,15 @@ def check_invariants(msg, expect: m.Expect | None) -> None:
     elif isinstance(msg, m.Welcome):
         assert isinstance(msg.obs_space, SpaceSpec) and isinstance(msg.action_space, SpaceSpec)
         assert len(msg.slots) == len(msg.seeds) and isinstance(msg.env, dict)
+    elif isinstance(msg, m.Starting):
+        assert 0 <= msg.built <= msg.total <= 4096
     elif isinstance(msg, m.StepReport):
         k = msg.obs.shape[0]
         assert msg.obs.ndim >= 1
         assert msg.rewards.shape == (k,) and msg.rewards.dtype == np.float32 and np.isfinite(msg.rewards).all()
+        if msg.obs.dtype.kind == "f":
+            assert np.isfinite(msg.obs).all()
+        assert sorted(msg.final_index.tolist()) == np.flatnonzero(msg.truncated & ~msg.terminated).tolist()
         assert msg.terminated.shape == (k,) and msg.truncated.shape == (k,)
         assert msg.terminated.dtype == bool and msg.truncated.dtype == bool
         assert msg.episode_returns.ndim == 1 and msg.episode_lengths.shape == msg.episode_returns.shape

@@ -302,3 +302,44 @@ def test_inline_data_of_the_wrong_length_is_refused():
     h["a"][0][3] = h["a"][0][3][:-1]
     with pytest.raises(ProtocolError, match="array 'r': inline data has 11 bytes, float32\\(3,\\) needs 12"):
         codec.decode_arrays(h["a"], [])
+
+
+# ------------------------------------------------------------------------------------- what the learner trusts
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_float_observations_must_be_finite(bad, pt):
+    msg = pt.make_step(pt.EXPECT_VEC)
+    msg.obs[1, 3] = bad
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_VEC, "step: obs must be finite")
+
+
+def test_float_final_observations_must_be_finite(pt):
+    msg = pt.make_step(pt.EXPECT_VEC, final_index=[2])
+    msg.final_obs[0, 0] = np.nan
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_VEC, "step: final_obs must be finite")
+
+
+def test_a_truncated_env_without_its_final_observation(pt):
+    msg = pt.make_step(pt.EXPECT_IMG, final_index=[1, 3])
+    msg.final_index, msg.final_obs = msg.final_index[:1], msg.final_obs[:1]
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "final_index [1] must list each env truncated")
+
+
+@pytest.mark.parametrize("index", [[1, 1], [0]], ids=["twice", "not-truncated"])
+def test_a_final_observation_for_an_env_that_was_not_cut(index, pt):
+    msg = pt.make_step(pt.EXPECT_IMG, final_index=[1])
+    msg.final_index = np.asarray(index, np.int64)
+    msg.final_obs = np.zeros((len(index), *pt.EXPECT_IMG.obs_shape), np.uint8)
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "must list each env truncated and not terminated once")
+
+
+def test_episode_returns_must_be_finite(pt):
+    msg = pt.make_step(pt.EXPECT_IMG, n_episodes=2)
+    msg.episode_returns[1] = np.nan
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "step: episode_returns must be finite")
+
+
+@pytest.mark.parametrize("built,total", [(5, 4), (-1, 4), (0, 5000)])
+def test_starting_counts(built, total, pt):
+    frames = pt.raw_message("starting", {"built": built, "total": total})
+    rejects(frames, None, "starting: need 0 <= built <= total <= 4096")
