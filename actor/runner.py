@@ -5,8 +5,10 @@ into two groups (double buffering): while the learner infers one group's actions
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -21,6 +23,7 @@ from protocol.settings import EnvSettings
 from protocol.transport import connect_dealer, recv_frames
 
 log = logging.getLogger("actor")
+HEARTBEAT_S = 1.0  # while building its envs, an actor tells the learner it is alive this often
 
 
 class LearnerGone(Exception):
@@ -102,43 +105,122 @@ class EnvGroup:
             env.close()
 
 
+class ActorEnvs:
+    """The actor's env groups, kept from one session with the learner to the next: a rejoin under the same
+    settings reuses them as they are (their games go on), because building and seeding an Atari env costs
+    0.1-0.2 s, and a rejoin storm must not repeat that work for every actor at once."""
+
+    def __init__(self):
+        self.key: tuple | None = None
+        self.groups: list[EnvGroup] = []
+        self.built = 0  # envs built so far by the running build (read by the heartbeat)
+
+    def reusable(self, key: tuple) -> bool:
+        return self.key == key and bool(self.groups)
+
+    def build(self, key: tuple, welcome: m.Welcome, groups: int) -> None:
+        """Make and seed every env (in a worker thread: the actor's main thread keeps saying it is alive)."""
+        self.close()
+        settings = EnvSettings.from_dict(welcome.env)
+        envs = []
+        try:
+            for seed in welcome.seeds:
+                envs.append(make_env(settings, seed))
+                self.built = len(envs)
+            obs_space, action_space = describe_spaces(envs[0])
+            if obs_space.to_dict() != welcome.obs_space.to_dict() or \
+                    action_space.to_dict() != welcome.action_space.to_dict():
+                raise Refused("the env built from the learner's settings has different spaces")
+            k = len(envs) // groups
+            self.groups = [EnvGroup(envs[g * k:(g + 1) * k], welcome.seeds[g * k:(g + 1) * k], action_space)
+                           for g in range(groups)]
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
+        self.key = key
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.close()
+        self.key, self.groups, self.built = None, [], 0
+
+
 def _parent_alive(pid: int) -> bool:
     return pid <= 0 or os.getppid() == pid
 
 
-def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, address: str | None = None) -> str:
+def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None) -> str:
     """One connection to a learner (opts.learner, or the rank it redirected us to), from handshake to
-    goodbye. Returns the goodbye reason."""
+    goodbye. Returns the goodbye reason. `envs` outlives the session."""
     sock = connect_dealer(ctx, address or opts.learner, opts.max_message_mb << 20, curve=opts.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    groups = []
     try:
         sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups)))
         welcome = _await_welcome(sock, opts)
         joined.append(welcome.run_id)
-        settings = EnvSettings.from_dict(welcome.env)
-        envs = [make_env(settings, seed) for seed in welcome.seeds]
-        obs_space, action_space = describe_spaces(envs[0])
-        if obs_space.to_dict() != welcome.obs_space.to_dict() or action_space.to_dict() != welcome.action_space.to_dict():
-            sock.send_multipart(m.encode(m.Error("my env's spaces differ from the learner's")))
-            raise Refused("the env built from the learner's settings has different spaces")
+        early = _prepare(sock, envs, welcome, opts)
+        if early is not None:  # the learner spoke while the envs were being built
+            return _answer_early(sock, early)
         k = opts.num_envs // opts.groups
-        groups = [EnvGroup(envs[g * k:(g + 1) * k], welcome.seeds[g * k:(g + 1) * k], action_space)
-                  for g in range(opts.groups)]
-        expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=obs_space.shape, obs_dtype=obs_space.dtype,
-                          action_shape=action_space.shape,
-                          action_dtype="int64" if action_space.kind == "discrete" else "float32",
+        space = envs.groups[0].space
+        expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=welcome.obs_space.shape,
+                          obs_dtype=welcome.obs_space.dtype, action_shape=space.shape,
+                          action_dtype="int64" if space.kind == "discrete" else "float32",
                           max_bytes=opts.max_message_mb << 20)
         log.info("actor %s joined as id %d with slots %s", opts.name, welcome.actor_id, welcome.slots)
-        for g, group in enumerate(groups):
+        for g, group in enumerate(envs.groups):
             sock.send_multipart(m.encode(group.first_report(g)))
-        return _serve(sock, monitor, groups, expect, opts)
+        return _serve(sock, monitor, envs.groups, expect, opts)
     finally:
-        for group in groups:
-            group.close()
         sock.disable_monitor()
         monitor.close()
         sock.close()
+
+
+def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
+    """Have the envs the welcome describes: the ones kept from the last session if the settings are the
+    same, else built in a worker thread while this one sends a Starting message every HEARTBEAT_S (so the
+    learner never takes start-up time for silence). Returns the first message the learner sent meanwhile
+    (a Goodbye, or an Error), or None."""
+    key = (json.dumps(welcome.env, sort_keys=True), opts.num_envs, opts.groups)
+    if envs.reusable(key):
+        log.info("actor %s: keeping its %d envs from the last session", opts.name, opts.num_envs)
+        return None
+    failure: list[BaseException] = []
+
+    def build():
+        try:
+            envs.build(key, welcome, opts.groups)
+        except BaseException as exc:  # handed to the main thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=build, name="build-envs", daemon=True)
+    worker.start()
+    early = None
+    while worker.is_alive():
+        worker.join(HEARTBEAT_S)
+        if not worker.is_alive():
+            break
+        if not _parent_alive(opts.parent_pid):
+            raise LearnerGone("launcher gone while building the envs")
+        if early is None and (frames := recv_frames(sock, 0)) is not None:
+            early = m.decode(frames)  # answered once the envs are built; no more heartbeats to a learner that spoke
+        if early is None:
+            sock.send_multipart(m.encode(m.Starting(envs.built, opts.num_envs)))
+    if failure:
+        if isinstance(failure[0], Refused):
+            sock.send_multipart(m.encode(m.Error(f"my env's spaces differ from the learner's: {failure[0]}")))
+        raise failure[0]
+    return early
+
+
+def _answer_early(sock, msg) -> str:
+    if isinstance(msg, m.Goodbye):
+        return msg.reason
+    if isinstance(msg, m.Error):
+        raise Retired(msg.reason) if msg.rejoin else Refused(msg.reason)
+    raise ProtocolError(f"unexpected {type(msg).__name__} before the first step report")
 
 
 def _serve(sock, monitor, groups: list[EnvGroup], expect: m.Expect, opts: ActorOptions) -> str:
@@ -196,12 +278,13 @@ def run(opts: ActorOptions, on_refused=None) -> int:
     Exit code: 0 on goodbye, EXIT_REFUSED when refused (after on_refused(reason), if given), 1 when the
     learner is gone."""
     ctx = zmq.Context()
+    envs = ActorEnvs()  # built once, kept across rejoins
     backoff, gone_since, address = 0.5, None, None
     try:
         while True:
             joined = []
             try:
-                reason = run_session(opts, ctx, joined, address)
+                reason = run_session(opts, ctx, joined, envs, address)
                 log.info("actor %s: learner said goodbye (%s)", opts.name, reason)
                 return 0
             except Refused as exc:
@@ -229,4 +312,5 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 time.sleep(backoff)  # backoff between reconnection attempts, not synchronization
                 backoff = min(backoff * 2, 10.0)
     finally:
+        envs.close()
         ctx.term()

@@ -1,13 +1,18 @@
-"""Who is connected: actor identities, their env slots, liveness, and misbehaviour strikes."""
+"""Who is connected: actor identities, their env slots, what each may send next, liveness, and
+misbehaviour strikes and bans (both tables bounded, so actor churn cannot grow them)."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from protocol import messages as m
 from protocol.messages import Expect
 
-MAX_STRIKES = 20  # malformed messages tolerated from one peer before it is dropped
+MAX_STRIKES = 20  # rejected messages tolerated from one peer before it is banned
 MAX_ENV_SLOTS = 4096  # env slots one learner serves (each actor may host up to as many, see Handshake)
+MAX_TRACKED_PEERS = 4096  # strike and ban tables keep at most this many identities (oldest forgotten first)
+BAN_S = 600.0  # how long a ban lasts
 
 
 @dataclass
@@ -19,7 +24,9 @@ class ActorEntry:
     groups: int
     expect: Expect
     last_seen: float = field(default_factory=time.monotonic)
-    owes: set = field(default_factory=set)  # groups that were sent actions and have not reported yet
+    owes: set = field(default_factory=set)  # groups that owe a report: their first, or the outcome of actions
+    started: set = field(default_factory=set)  # groups whose first report has arrived
+    prepared: tuple[int, int] | None = None  # (envs built, envs in all) from its last Starting message
     reuses: list[int] = field(default_factory=list)  # per slot: how many actors held it before this one
 
     @property
@@ -30,6 +37,39 @@ class ActorEntry:
         k = self.group_size
         return self.slots[group * k:(group + 1) * k]
 
+    def out_of_turn(self, msg) -> str | None:
+        """Why this actor may not send `msg` now (None: it may). The protocol, per group: one first report
+        after the Welcome, then exactly one outcome per Actions message; Starting only while some group
+        has not sent its first report; Goodbye or Error at any time."""
+        if isinstance(msg, m.StepReport):
+            g = msg.group
+            if msg.first:
+                return f"a second first report for group {g}" if g in self.started else None
+            if g not in self.started:
+                return f"a step report for group {g} before its first report"
+            return None if g in self.owes else f"a step report for group {g} that was not sent actions"
+        if isinstance(msg, m.Starting):
+            return None if len(self.started) < self.groups else "Starting after its first reports"
+        if isinstance(msg, (m.Goodbye, m.Error)):
+            return None
+        return f"unexpected {type(msg).__name__} from an actor"
+
+    def accept(self, msg) -> None:
+        """Advance the protocol state for an in-turn message (see out_of_turn)."""
+        if isinstance(msg, m.StepReport):
+            self.owes.discard(msg.group)
+            self.started.add(msg.group)
+        elif isinstance(msg, m.Starting):
+            self.prepared = (msg.built, msg.total)
+        self.last_seen = time.monotonic()
+
+    def state(self) -> str:
+        """Where this actor stands at start-up, for the learner's log."""
+        if len(self.started) == self.groups:
+            return "ready"
+        built = f" ({self.prepared[0]}/{self.prepared[1]} built)" if self.prepared else ""
+        return f"building its envs{built}"
+
 
 class ActorRegistry:
     def __init__(self, max_envs: int = MAX_ENV_SLOTS):
@@ -38,9 +78,9 @@ class ActorRegistry:
         self.free_slots: list[int] = []
         self.next_slot = 0
         self.max_envs = max_envs
-        self.strikes: dict[bytes, int] = {}
+        self.strikes: OrderedDict[bytes, int] = OrderedDict()  # identity -> rejected messages (bounded)
         self.slot_uses: dict[int, int] = {}  # slot -> actors it has been assigned to so far
-        self.banned: set[bytes] = set()
+        self.bans: OrderedDict[bytes, float] = OrderedDict()  # identity -> when its ban ends (bounded)
 
     def __len__(self) -> int:
         return len(self.by_identity)
@@ -81,12 +121,23 @@ class ActorRegistry:
             self.free_slots.extend(entry.slots)
         return entry
 
-    def strike(self, identity: bytes) -> bool:
-        """Count one malformed message; True when the peer has now used up its strikes."""
-        self.strikes[identity] = self.strikes.get(identity, 0) + 1
-        if self.strikes[identity] >= MAX_STRIKES:
-            self.banned.add(identity)
+    def strike(self, identity: bytes, now: float | None = None) -> bool:
+        """Count one rejected message; True when the peer has now used up its strikes (it is banned for
+        BAN_S and its strikes start again from 0 afterwards)."""
+        count = self.strikes.pop(identity, 0) + 1
+        if count < MAX_STRIKES:
+            _put_bounded(self.strikes, identity, count)
+            return False
+        _put_bounded(self.bans, identity, (time.monotonic() if now is None else now) + BAN_S)
+        return True
+
+    def is_banned(self, identity: bytes, now: float | None = None) -> bool:
+        until = self.bans.get(identity)
+        if until is None:
+            return False
+        if (time.monotonic() if now is None else now) < until:
             return True
+        del self.bans[identity]
         return False
 
     def overdue(self, timeout_s: float, now: float | None = None) -> list[ActorEntry]:
@@ -98,3 +149,11 @@ class ActorRegistry:
         now = time.monotonic()
         for a in self.by_identity.values():
             a.last_seen = now
+
+
+def _put_bounded(table: OrderedDict, key, value) -> None:
+    """Insert as the newest entry, forgetting the oldest past MAX_TRACKED_PEERS."""
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > MAX_TRACKED_PEERS:
+        table.popitem(last=False)

@@ -62,12 +62,13 @@ class EpisodeStats:
 class Collector:
     def __init__(self, gateway: Gateway, policy: Policy, num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
                  action_shape: tuple, action_dtype: torch.dtype, device: torch.device, actor_timeout_s: float,
-                 lockstep: bool = False, frame_stack: int = 1):
+                 lockstep: bool = False, frame_stack: int = 1, startup_timeout_s: float = 0.0):
         self.gateway, self.policy = gateway, policy
         self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
         self.num_steps, self.device = num_steps, device
         self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
         self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
+        self.startup_timeout_s = startup_timeout_s  # 0: the first rollout waits for its actors for ever
         self.version = 0
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
@@ -131,18 +132,27 @@ class Collector:
         self.heard = time.monotonic()
 
     def _await_envs(self, need: int, should_stop) -> bool:
-        """Wait for `need` env slots ready to start a rollout, logging every actor_timeout_s."""
-        said = time.monotonic()
+        """Wait for `need` env slots ready to start a rollout, logging every actor_timeout_s. The first
+        rollout's wait ends the run (Stalled) past startup_timeout_s, saying who it waited on."""
+        start = said = time.monotonic()
         while self.parked_slots() < need:
             if should_stop():
                 return False
             self._pump(100)
-            if time.monotonic() - said >= self.actor_timeout_s:
-                said = time.monotonic()
-                log.warning("waiting for actors: %d env slots ready, %d needed to start the %s rollout "
-                            "(%d actors connected)", self.parked_slots(), need,
-                            "first" if self.rollouts == 0 else "next", len(self.gateway.registry))
+            now = time.monotonic()
+            if self.rollouts == 0 and self.startup_timeout_s and now - start > self.startup_timeout_s:
+                raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
+                              f"(cluster.startup_timeout_s): {self._waiting_on(need)}")
+            if now - said >= self.actor_timeout_s:
+                said = now
+                log.warning("waiting for actors to start the %s rollout: %s",
+                            "first" if self.rollouts == 0 else "next", self._waiting_on(need))
         return True
+
+    def _waiting_on(self, need: int) -> str:
+        retired = self.gateway.retired
+        last = f"; {len(retired)} retirements so far, the last: {next(reversed(retired.values()))}" if retired else ""
+        return f"{self.parked_slots()} env slots ready, {need} needed; {self.gateway.describe()}{last}"
 
     def _start_rollout(self) -> None:
         groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
@@ -181,16 +191,22 @@ class Collector:
         if items:
             self.heard = time.monotonic()
         for item in items:
+            if self.gateway.registry.get(item.actor.identity) is not item.actor:
+                continue  # retired later in the same batch (a rejected message): its columns are cut already
             if isinstance(item.msg, m.StepReport):
                 self._on_report(item.actor, item.msg)
             else:  # Goodbye or Error: the actor is leaving
-                self.gateway.retire(item.actor, f"said {type(item.msg).__name__.lower()}: {item.msg.reason}")
+                self.gateway.retire(item.actor, f"said {type(item.msg).__name__.lower()}: {item.msg.reason}",
+                                    tell=False)
         self._infer()
         self.gateway.check_liveness(self.actor_timeout_s)
 
     def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
         slots = actor.group_slots(report.group)
         buf = None if report.first else self._owed(slots[0])  # the rollout this step's outcome belongs to
+        if buf is None and not report.first:  # the gateway admitted an outcome no rollout waits for
+            self.gateway.retire(actor, f"step report for group {report.group} matches no actions sent")
+            return
         episodes = list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
         key = (actor.identity, report.group)
         finals = dict(zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []))

@@ -61,6 +61,8 @@ class ClusterConfig:
     """env slots the learner waits for before the first rollout only (0: actors x envs_per_actor)"""
     actor_timeout_s: float = 10.0
     """an actor silent for this long while it owes a step report is retired"""
+    startup_timeout_s: float = 600.0
+    """the run ends, naming the actors it waited on, if its first rollout cannot start within this (0: wait)"""
     learners: int = 1
     """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
     collective_timeout_s: float = 300.0
@@ -329,6 +331,7 @@ def validate(cfg: Config) -> None:
     _require(0 <= c.min_envs <= MAX_ENV_SLOTS, f"cluster.min_envs must be in [0, {MAX_ENV_SLOTS}] (the learner's "
              f"limit of env slots), got {c.min_envs}")
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
+    _require(c.startup_timeout_s >= 0, f"cluster.startup_timeout_s must be >= 0, got {c.startup_timeout_s}")
     _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
     _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
     if c.learners > 1:

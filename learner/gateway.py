@@ -19,7 +19,7 @@ from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
-from learner.actors import ActorEntry, ActorRegistry
+from learner.actors import BAN_S, ActorEntry, ActorRegistry
 
 log = logging.getLogger("learner")
 
@@ -94,7 +94,7 @@ class Gateway:
 
     def _admit(self, frames) -> Incoming | None:
         identity = bytes(frames[0])
-        if identity in self.registry.banned:
+        if self.registry.is_banned(identity):
             self.rejected += 1  # counted, not logged: the ban was logged once
             return None
         entry = self.registry.get(identity)
@@ -109,27 +109,27 @@ class Gateway:
             return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
         if isinstance(msg, m.Handshake):
             if entry is not None:
-                self.retire(entry, "handshook again (restarted)")
+                self.retire(entry, "handshook again (restarted)", tell=False)
             return self._handshake(identity, msg)
         if entry is None:
             return self._unknown(identity, msg)
-        if isinstance(msg, m.StepReport):
-            if msg.group not in entry.owes:
-                return self._reject(identity, entry, f"step report for group {msg.group} that was not asked for")
-            entry.owes.discard(msg.group)  # here, not later: a duplicate in the same poll batch is refused too
-        if not isinstance(msg, (m.StepReport, m.Goodbye, m.Error)):
-            return self._reject(identity, entry, f"unexpected {type(msg).__name__} from an actor")
-        entry.last_seen = time.monotonic()
-        return Incoming(entry, msg)
+        if (why := entry.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
+            return self._reject(identity, entry, f"out of turn: {why}")
+        entry.accept(msg)
+        return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
 
     def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
+        """Count and log a rejected message. A registered sender is retired at once (its last step is
+        unusable, and waiting for it would hold up the rollout): the cost is its own env slots. It may
+        rejoin; a peer that keeps sending what is rejected is banned for BAN_S."""
         self.rejected += 1
         who = entry.name if entry else f"peer {identity.hex()[:10]}"
         log.warning("rejected message from %s: %s", who, reason)
-        if self.registry.strike(identity):
-            log.warning("dropping %s: too many malformed messages", who)
-            if entry is not None:
-                self.retire(entry, "too many malformed messages")
+        banned = self.registry.strike(identity)
+        if banned:
+            log.warning("banning %s for %gs: too many rejected messages", who, BAN_S)
+        if entry is not None:
+            self.retire(entry, "too many rejected messages" if banned else f"sent a rejected message ({reason})")
         return None
 
     def _unknown(self, identity: bytes, msg) -> None:
@@ -139,12 +139,12 @@ class Gateway:
         strangers cannot make the learner send more than it receives."""
         why = self.retired.get(identity)
         self._reject(identity, None, f"{type(msg).__name__} from an unregistered peer ({why or 'never joined'})")
-        if isinstance(msg, m.StepReport):
+        if isinstance(msg, (m.StepReport, m.Starting)):
             self._answer(identity, m.Error(f"{why or 'not registered here'}; hand-shake again to rejoin", rejoin=True))
         return None
 
     def _answer(self, identity: bytes, msg) -> None:
-        if identity not in self.registry.banned:
+        if not self.registry.is_banned(identity):
             self._send(identity, msg)
 
     def _handshake(self, identity: bytes, hs: m.Handshake) -> None:
@@ -194,16 +194,21 @@ class Gateway:
             return True
         except zmq.ZMQError as exc:  # unroutable (peer gone) or its queue is full
             if entry is not None:
-                self.retire(entry, f"unreachable ({exc.strerror})")
+                self.retire(entry, f"unreachable ({exc.strerror})", tell=False)
             return False
 
-    def retire(self, entry: ActorEntry, reason: str) -> None:
+    def retire(self, entry: ActorEntry, reason: str, tell: bool = True) -> None:
+        """Drop an actor and free its slots. With `tell`, it is told why and to hand-shake again (an actor
+        that was only stopped, or fell out of step, rejoins as soon as it reads this)."""
         if self.registry.leave(entry.identity) is not None:
             self.retired[entry.identity] = f"actor {entry.name} was retired: {reason}"
             if len(self.retired) > MAX_REMEMBERED_RETIREMENTS:
                 self.retired.popitem(last=False)
             self.on_retire(entry)
             self._event(f"actor {entry.name} left: {reason}")
+            if tell:
+                self._answer(entry.identity, m.Error(f"{self.retired[entry.identity]}; hand-shake again to rejoin",
+                                                     rejoin=True))
 
     def on_retire(self, entry: ActorEntry) -> None:
         """Set by the collector to cut the actor's columns out of the rollout."""
@@ -215,6 +220,15 @@ class Gateway:
     def check_liveness(self, timeout_s: float) -> None:
         for entry in self.registry.overdue(timeout_s):
             self.retire(entry, f"silent for more than {timeout_s:g}s")
+
+    def describe(self, limit: int = 8) -> str:
+        """The connected actors and where each stands, in one line (the first `limit` named)."""
+        entries = sorted(self.registry.by_identity.values(), key=lambda e: e.actor_id)
+        if not entries:
+            return "no actor connected"
+        named = [f"{e.name} ({len(e.slots)} envs): {e.state()}" for e in entries[:limit]]
+        more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
+        return f"{len(entries)} connected: " + "; ".join(named) + more
 
     def _event(self, text: str) -> None:
         log.info(text)

@@ -185,7 +185,8 @@ class Learner:
         self.collector = Collector(
             self.gateway, self.policy, p.num_steps, obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32),
             action_space.shape, torch.long if action_space.kind == "discrete" else torch.float32, device,
-            cfg.cluster.actor_timeout_s, lockstep=r.deterministic, frame_stack=stack)
+            cfg.cluster.actor_timeout_s, lockstep=r.deterministic, frame_stack=stack,
+            startup_timeout_s=cfg.cluster.startup_timeout_s)
         self.collector.version = self.state["version"]
         self.collector.flow_through = r.collect_only and not r.deterministic  # no update: no weights to wait for
         generator = torch.Generator(device=device)

@@ -42,10 +42,10 @@ def step(group: int, value: int) -> list:
 
 def test_one_poll_drains_queued_multiframe_messages_in_order(wire):
     gateway, peer = wire
-    actor = peer()
+    actor, vandal = peer(), peer()
     actor.send_multipart(m.encode(m.Handshake(4, "a", groups=2)))
     actor.send_multipart(step(0, 7))
-    actor.send_multipart([b"garbage"])  # rejected, and the drain goes on past it
+    vandal.send_multipart([b"garbage"])  # rejected, and the drain goes on past it
     actor.send_multipart(step(1, 9))
     items = gateway.poll(1000)
     assert [(i.msg.group, int(i.msg.obs[0, 0, 0, 0])) for i in items] == [(0, 7), (1, 9)]
@@ -202,44 +202,98 @@ def report(group=0, first=False) -> list:
                                  np.zeros(2, bool), first=first))
 
 
-def test_a_second_report_before_new_actions_is_rejected_and_counted(loopback):
+def told_to_rejoin(sock) -> m.Error:
+    """The next message sock gets, which must be the gateway's 'retired: ...; hand-shake again'."""
+    msg = m.decode(sock.recv_multipart())
+    assert isinstance(msg, m.Error) and msg.rejoin and "retired" in msg.reason, msg
+    return msg
+
+
+def test_a_second_report_before_new_actions_is_rejected_counted_and_its_sender_retired(loopback):
     gateway = loopback.gateway
     actor = loopback.peer()
-    entry = loopback.join(actor)
+    loopback.join(actor)
     actor.send_multipart(report(first=True))
     actor.send_multipart(report())  # a duplicate nobody asked for, likely in the same poll batch
     loopback.drain(lambda: len(loopback.admitted) + gateway.rejected >= 2, "both reports")
     assert len(loopback.admitted) == 1 and loopback.admitted[0].msg.first
-    assert gateway.rejected == 1
-    actor.send_multipart(report())  # a later one, still unasked
-    loopback.drain(lambda: gateway.rejected == 2, "the third report")
-    gateway.send_actions(entry, 0, np.zeros(2, np.int64), 1)
-    assert isinstance(m.decode(actor.recv_multipart()), m.Actions)
-    actor.send_multipart(report())  # the answer to those actions is admitted
-    loopback.drain(lambda: len(loopback.admitted) == 2, "the answer to the actions")
-    assert gateway.rejected == 2 and entry.identity in gateway.registry
+    assert gateway.rejected == 1 and len(gateway.registry) == 0, "out of step: retired, its slots freed"
+    assert "not sent actions" in told_to_rejoin(actor).reason
 
 
-def test_a_peer_that_keeps_misbehaving_is_banned_and_its_handshake_gets_no_welcome(loopback):
-    from learner.actors import MAX_STRIKES
+@pytest.mark.parametrize("groups,first_sent,msg,why", [
+    (1, True, m.StepReport(0, np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
+                           np.zeros(2, bool), first=True), "a second first report for group 0"),
+    (1, False, m.StepReport(0, np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
+                            np.zeros(2, bool)), "a step report for group 0 before its first report"),
+    (2, True, m.StepReport(1, np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
+                           np.zeros(2, bool)), "a step report for group 1 before its first report"),
+    (1, True, m.Starting(1, 2), "Starting after its first reports"),
+    (1, True, m.Actions(0, np.zeros(2, np.int64)), "unexpected Actions from an actor"),
+    (1, True, m.Handshake(2, "x"), None),  # a restart: retired, then welcomed again
+], ids=["first-again", "outcome-before-first", "other-group", "starting-late", "actions", "handshake-again"])
+def test_a_well_formed_message_out_of_turn_costs_the_sender_its_slots(loopback, groups, first_sent, msg, why):
+    gateway = loopback.gateway
+    actor = loopback.peer()
+    entry = loopback.join(actor, groups=groups)
+    if first_sent:
+        actor.send_multipart(report(first=True))
+        loopback.drain(lambda: loopback.admitted, "the first report")
+        gateway.send_actions(entry, 0, np.zeros(2, np.int64), 1)  # group 0 now owes an outcome
+        assert isinstance(m.decode(actor.recv_multipart()), m.Actions)
+    actor.send_multipart(m.encode(msg))
+    loopback.drain(lambda: entry.identity not in gateway.registry or gateway.registry.get(entry.identity) is not entry,
+                   "the retirement")
+    if why is None:
+        assert isinstance(m.decode(actor.recv_multipart()), m.Welcome) and gateway.rejected == 0
+        return
+    assert gateway.rejected == 1 and len(gateway.registry) == 0
+    assert why in told_to_rejoin(actor).reason
+
+
+def test_starting_messages_are_signs_of_life_not_reports(loopback):
+    gateway = loopback.gateway
+    actor = loopback.peer()
+    entry = loopback.join(actor, groups=2)
+    entry.last_seen -= 100  # silent for long enough to be retired ...
+    actor.send_multipart(m.encode(m.Starting(1, 4)))  # ... but it says it is building its envs
+    loopback.drain(lambda: entry.prepared == (1, 4), "the Starting message")
+    gateway.check_liveness(10.0)
+    assert entry.identity in gateway.registry and loopback.admitted == [] and gateway.rejected == 0
+    assert "building its envs (1/4 built)" in gateway.describe()
+    entry.last_seen -= 100  # and now it has been silent since
+    gateway.check_liveness(10.0)
+    assert len(gateway.registry) == 0, "a frozen actor is still retired while it builds"
+
+
+def test_a_peer_that_keeps_misbehaving_is_banned_for_a_while(loopback):
+    from learner.actors import BAN_S, MAX_STRIKES
     gateway = loopback.gateway
     rogue = loopback.peer(identity=b"rogue")
-    loopback.join(rogue)
-    rogue.send_multipart(report(first=True))
-    for _ in range(MAX_STRIKES - 2):  # strikes below the limit: still registered
-        rogue.send_multipart(report())
-    loopback.drain(lambda: gateway.rejected == MAX_STRIKES - 2, "the first strikes")
-    assert b"rogue" in gateway.registry
-    rogue.send_multipart([b"garbage"])
-    rogue.send_multipart(report())
-    loopback.drain(lambda: gateway.rejected == MAX_STRIKES, "the last strike")
-    assert b"rogue" not in gateway.registry, "dropped after MAX_STRIKES malformed or unasked messages"
-
+    for strike in range(MAX_STRIKES):  # each time: join, misbehave, be retired; strikes add up across rejoins
+        loopback.join(rogue)
+        rogue.send_multipart(report())  # an outcome before any first report
+        loopback.drain(lambda: gateway.rejected == strike + 1, f"strike {strike + 1}")
+        assert len(gateway.registry) == 0
+        if strike < MAX_STRIKES - 1:
+            told_to_rejoin(rogue)
+    assert gateway.registry.is_banned(b"rogue")
     rogue.send_multipart(m.encode(m.Handshake(2, "again")))
     loopback.drain(lambda: gateway.rejected > MAX_STRIKES or len(gateway.registry) > 0, "the banned handshake")
     assert gateway.rejected == MAX_STRIKES + 1 and len(gateway.registry) == 0, "a banned peer cannot join again"
-    assert rogue.poll(200) == 0, "a banned peer's handshake gets no welcome"
+    assert rogue.poll(200) == 0, "a banned peer gets no answer at all"
 
     other = loopback.peer(identity=b"other")  # the ban is the rogue's alone
     loopback.join(other)
     assert b"other" in gateway.registry
+    assert not gateway.registry.is_banned(b"rogue", now=time.monotonic() + BAN_S + 1), "a ban ends"
+
+
+def test_strike_and_ban_tables_stay_bounded_under_churn():
+    from learner.actors import MAX_STRIKES, MAX_TRACKED_PEERS
+    registry = ActorRegistry()
+    for i in range(3 * MAX_TRACKED_PEERS):
+        for _ in range(MAX_STRIKES if i % 2 else 1):
+            registry.strike(i.to_bytes(4, "big"))
+    assert len(registry.strikes) <= MAX_TRACKED_PEERS and len(registry.bans) <= MAX_TRACKED_PEERS
+    assert registry.is_banned((3 * MAX_TRACKED_PEERS - 1).to_bytes(4, "big")), "the newest ban is kept"
