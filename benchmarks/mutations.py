@@ -61,9 +61,11 @@ MUTATIONS = [
              "compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones,",
              "compute_gae(rewards, buf.values, buf.next_values, dones, dones,"),
     Mutation("never-banned", "a misbehaving peer is never banned", "learner/actors.py",
-             "self.banned.add(identity)", "pass"),
+             "_put_bounded(self.bans, identity, (time.monotonic() if now is None else now) + BAN_S)", "pass"),
     Mutation("unasked-report-accepted", "a step report for a group that was not asked for is accepted",
-             "learner/gateway.py", "if msg.group not in entry.owes:", "if False:"),
+             "learner/actors.py", "return None if g in self.owes else", "return None if True else"),
+    Mutation("first-report-twice", "a second first report for a group is accepted", "learner/actors.py",
+             'return f"a second first report for group {g}" if g in self.started else None', "return None"),
     Mutation("resize-not-area", "frames are resized with another interpolation than INTER_AREA",
              "actor/wrappers.py", "interpolation=cv2.INTER_AREA)", "interpolation=cv2.INTER_LINEAR)"),
 ]

@@ -222,11 +222,12 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
     learner = None
     try:
         metrics = run_dir / "metrics.jsonl"
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + args.row_timeout
         while not read_metrics(metrics):  # start-up and the first rollout
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name}: no rollout came out (exit {proc.poll()}); see the log:\n"
-                                   + tail(run_dir.with_suffix(".log"), missing="(no log)"))
+                why = (f"launch.py exited ({proc.returncode})" if proc.poll() is not None
+                       else f"no rollout within --row-timeout {args.row_timeout:g}s")
+                raise RowFailed(name, why, run_dir)
             time.sleep(0.2)
         t_start, cpu_start = time.monotonic(), tree_cpu_s(proc.pid)
         while True:
@@ -236,8 +237,7 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
                 if pid is not None and (mb := read_rss_mb(pid)) is not None:
                     rss[pid] = max(rss.get(pid, 0.0), mb)
             if proc.poll() is not None:
-                raise RuntimeError(f"{name}: launch.py exited early ({proc.returncode}):\n"
-                                   + tail(run_dir.with_suffix(".log"), missing="(no log)"))
+                raise RowFailed(name, f"launch.py exited early ({proc.returncode})", run_dir)
             waited = time.monotonic() - t_start
             if waited >= seconds and len(read_metrics(metrics)) >= 3 or waited >= 3 * seconds + 60:
                 cores_used = (tree_cpu_s(proc.pid) - cpu_start) / (time.monotonic() - t_start)
@@ -249,7 +249,7 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
     steady = records[1:]  # the rollouts measured: records[0] is the base line
     sps = steady_sps(records)
     if sps is None:
-        raise RuntimeError(f"{name}: only {len(records)} rollouts in {seconds:g}s; use a longer --seconds")
+        raise RowFailed(name, f"only {len(records)} rollouts in {3 * seconds + 60:g}s", run_dir)
     actor_rss = [v for p, v in rss.items() if p != learner]
     mean = lambda key: sum(r[key] for r in steady) / len(steady)  # noqa: E731
     return {"sps": sps, "procs": actors, "envs": actors * args.envs_per_actor, "rollouts": len(steady),
@@ -260,6 +260,15 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
             "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
             "actor_rss_mb_mean": sum(actor_rss) / len(actor_rss) if actor_rss else None,
             "command": " ".join(cmd[1:])}
+
+
+class RowFailed(RuntimeError):
+    """A launch.py row that made no progress: its name, why, and the learner's last log lines."""
+
+    def __init__(self, row: str, why: str, run_dir: Path):
+        super().__init__(f"row {row} failed: {why}; the learner's last log lines:\n"
+                         + tail(run_dir / "learner.log", n=12, missing="(no learner.log)")
+                         + "\nlaunch.py's last lines:\n" + tail(run_dir.with_suffix(".log"), n=6, missing="(none)"))
 
 
 def _stop_launch(proc: subprocess.Popen) -> None:
@@ -387,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra --set passed to every launch.py run; repeatable")
     p.add_argument("--repeat", type=int, default=1, help="rounds of the rows, interleaved; rows report the median "
                    "run, ratios the median of per-round ratios (default: %(default)s)")
+    p.add_argument("--row-timeout", type=float, default=180.0,
+                   help="a launch.py row with no rollout by then fails with the learner's last log lines, and the "
+                        "next rows run (default: %(default)s s)")
     p.add_argument("--quick", action="store_true", help="short durations for a smoke check")
     p.add_argument("--keep-runs", action="store_true", help="keep the launch.py run directories and logs")
     p.add_argument("--out", default=None, help="JSON output (default: docs/results/throughput-<hostname>.json)")
@@ -425,7 +437,12 @@ def main(argv=None) -> int:
         for rnd in range(args.repeat):
             for key in ROWS:
                 if key in wanted:
-                    row = with_background(makers[key], n)
+                    try:
+                        row = with_background(makers[key], n)
+                    except RowFailed as exc:
+                        print(f"  error: {exc}", file=sys.stderr, flush=True)
+                        result.setdefault("errors", []).append(str(exc))
+                        continue
                     runs.setdefault(key, []).append(row)
                     print(f"  {key:<16} {row['sps']:>9,.0f} agent steps/s  ({row['procs']} procs, {row['envs']} envs, "
                           f"{row['cores_used']:.2f} cores used; other load {row['other_load_cores']:.2f} cores)",
@@ -433,9 +450,14 @@ def main(argv=None) -> int:
         rows.update({key: median_run(rs) for key, rs in runs.items()})
         if sweep:
             for k in sweep_sizes(n):
-                c = rows["ceiling"] if k == n and "ceiling" in rows else with_background(makers["ceiling"], k)
-                s = (rows["collect-random"] if k == n and "collect-random" in rows
-                     else with_background(makers["collect-random"], k))
+                try:
+                    c = rows["ceiling"] if k == n and "ceiling" in rows else with_background(makers["ceiling"], k)
+                    s = (rows["collect-random"] if k == n and "collect-random" in rows
+                         else with_background(makers["collect-random"], k))
+                except RowFailed as exc:
+                    print(f"  error: sweep N={k}: {exc}", file=sys.stderr, flush=True)
+                    result.setdefault("errors", []).append(f"sweep N={k}: {exc}")
+                    continue
                 result["sweep"].append({"n": k, "ceiling": c["sps"], "collect_random": s["sps"],
                                         "ratio": s["sps"] / c["sps"] if c["sps"] else None,
                                         "cpu_ratio": cpu_ratio(s, c),
@@ -478,6 +500,10 @@ def main(argv=None) -> int:
     print(markdown(result))
     print(f"\nwall {result['wall_s']:.0f}s, load average {result['load_avg_before'][0]:.2f} -> "
           f"{result['load_avg_after'][0]:.2f}; figures in {out}")
+    if result.get("errors"):
+        print(f"{len(result['errors'])} row(s) failed: " + "; ".join(e.splitlines()[0] for e in result["errors"]),
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from protocol import messages as m
-from tests.integration.cluster import kill_group, launch, metrics, wait_for
+from tests.integration.cluster import kill_group, launch, metrics, stop, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +81,110 @@ def test_fuzzing_a_running_learner(tmp_path):
         ctx.term()
         kill_group(proc)
         proc.communicate()
+
+
+# --- a registered actor sending well-formed messages out of turn ------------------------------------------
+
+OFFENCES = {  # what the rogue sends, and what the learner's answer must name
+    "first-again": "a second first report for group 0",
+    "other-group": "a step report for group 1 before its first report",
+    "nan-obs": "obs must be finite",
+    "inf-final": "final_obs must be finite",
+    "missing-final": "must list each env truncated and not terminated once",
+    "replayed-outcome": "that was not sent actions",
+    "actions": "unexpected Actions from an actor",
+    "starting-late": "Starting after its first reports",
+}
+
+
+def _report(group: int, first: bool = False, obs_value: float = 0.0, truncated=(False, False), finals=None):
+    final_index = np.flatnonzero(finals is not None and np.asarray(truncated))
+    return m.encode(m.StepReport(group, np.full((1, 4), obs_value, np.float32), np.zeros(1, np.float32),
+                                 np.zeros(1, bool), np.asarray(truncated[:1]), final_index=final_index.astype(np.int64),
+                                 final_obs=finals, first=first))
+
+
+def _next(sock, timeout_ms: int = 15000):
+    assert sock.poll(timeout_ms), "the learner did not answer"
+    return m.decode(sock.recv_multipart())
+
+
+def _offend(sock, offence: str) -> m.Error | None:
+    """One round: join (2 groups of 1 env), play along as far as the offence needs, offend; the learner's
+    answer (None when it sent new actions first, so a replay was a fair answer)."""
+    while sock.poll(0):
+        sock.recv_multipart()  # what the last round left unread
+    sock.send_multipart(m.encode(m.Handshake(2, "rogue", groups=2)))
+    assert isinstance(_next(sock), m.Welcome)
+    if offence == "other-group":
+        sock.send_multipart(_report(0, first=True))
+        sock.send_multipart(_report(1))
+        return _next(sock)
+    sock.send_multipart(_report(0, first=True))
+    sock.send_multipart(_report(1, first=True))
+    if offence in ("first-again", "starting-late", "actions"):
+        sock.send_multipart({"first-again": _report(0, first=True), "starting-late": m.encode(m.Starting(2, 2)),
+                             "actions": m.encode(m.Actions(0, np.zeros(1, np.int64)))}[offence])
+    else:
+        asked = _next(sock)
+        assert isinstance(asked, m.Actions), asked
+        g = asked.group
+        sock.send_multipart({
+            "nan-obs": _report(g, obs_value=np.nan),
+            "inf-final": _report(g, truncated=(True,), finals=np.full((1, 4), np.inf, np.float32)),
+            "missing-final": _report(g, truncated=(True,)),
+            "replayed-outcome": _report(g),
+        }[offence])
+        if offence == "replayed-outcome":
+            sock.send_multipart(_report(g))
+        if offence == "replayed-outcome":
+            while isinstance(answer := _next(sock), m.Actions):
+                if answer.group == g:
+                    return None  # new actions for g came first: the replay answered them fairly
+            return answer
+    while isinstance(answer := _next(sock), m.Actions):
+        pass  # actions sent before the offence arrived
+    return answer
+
+
+def test_a_registered_actor_out_of_turn_costs_only_its_own_slots(tmp_path):
+    run_dir = tmp_path / "rogue"
+    proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
+                  "--set", "normalize.obs=true", "--set", "run.checkpoint_every=5")
+    ctx = zmq.Context()
+    socks = []
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        address = json.loads((run_dir / "endpoints.json").read_text())["address"]
+        answered: dict[str, str] = {}
+        for i, offence in enumerate([*OFFENCES] * 3):
+            if i % 8 == 0:  # a fresh identity before strikes add up to a ban
+                sock = ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(address)
+                socks.append(sock)
+            answer = _offend(socks[-1], offence)
+            if answer is not None:
+                assert isinstance(answer, m.Error) and answer.rejoin, answer
+                assert OFFENCES[offence] in answer.reason, (offence, answer.reason)
+                answered[offence] = answer.reason
+        assert set(answered) == set(OFFENCES), sorted(set(OFFENCES) - set(answered))
+        before = metrics(run_dir)[-1]["update"]
+        later = wait_for(lambda: [r for r in metrics(run_dir) if r["update"] >= before + 10], 120,
+                         "ten more updates", proc)
+        assert later[-1]["actors"] == 2 and later[-1]["env_slots"] == 8, later[-1]
+        assert later[-1]["rejected_messages"] >= len(OFFENCES) * 2
+        log = (run_dir / "learner.log").read_text()
+        assert "actor-0 left" not in log and "actor-1 left" not in log, "only the offender is dropped"
+        for text in OFFENCES.values():
+            assert f"rejected message from rogue" in log and text in log, text
+    finally:
+        for s in socks:
+            s.close()
+        ctx.term()
+        out = stop(proc)
+    assert proc.returncode == 0, out[-3000:]
+    import torch
+    saved = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
+    assert all(torch.isfinite(v).all() for v in saved["obs_norm"].values() if isinstance(v, torch.Tensor)), \
+        "the observation normalizer's statistics stayed finite"
