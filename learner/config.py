@@ -54,6 +54,8 @@ class ClusterConfig:
     """environments each actor process hosts (0: cluster.envs / actors)"""
     envs: int = 8
     """env slots in all when actors or envs_per_actor is left to choose (CleanRL's 8); explicit values win"""
+    groups: int = 1
+    """env groups per actor launch.py starts (--groups): 2 steps one half while the other waits for actions"""
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "tcp://127.0.0.1:5555"
@@ -329,6 +331,7 @@ def validate(cfg: Config) -> None:
     _require(c.actors >= -1, f"cluster.actors must be >= 0 (or -1: from the cores), got {c.actors}")
     _require(0 <= c.envs_per_actor <= MAX_ENV_SLOTS,
              f"cluster.envs_per_actor must be in [1, {MAX_ENV_SLOTS}] (or 0: cluster.envs / actors), got {c.envs_per_actor}")
+    _require(c.groups in (1, 2), f"cluster.groups must be 1 or 2, got {c.groups}")
     _require(1 <= c.envs <= MAX_ENV_SLOTS, f"cluster.envs must be in [1, {MAX_ENV_SLOTS}], got {c.envs}")
     _require(cfg.num_envs <= MAX_ENV_SLOTS, f"cluster.actors x cluster.envs_per_actor = {cfg.num_envs} env slots: "
              f"more than the learner's limit of {MAX_ENV_SLOTS}")
