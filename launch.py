@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/breakout.toml", help="run config TOML (default: %(default)s)")
     p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors; unset: from the cores, e.g. 2 on 2 cores)")
     p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor; unset: cluster.envs / actors)")
-    p.add_argument("--groups", type=int, default=1, choices=(1, 2),
-                   help="env groups per actor; 2 double-buffers stepping and inference (default: %(default)s)")
+    p.add_argument("--groups", type=int, default=None, choices=(1, 2),
+                   help="env groups per actor; 2 double-buffers stepping and inference (default: cluster.groups, 1)")
     p.add_argument("--total-steps", type=int, default=None, help="agent steps to train (default: run.total_steps)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="learner device (default: auto)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: run.seed, 1)")
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_config(args) -> tuple[Config, Path]:
     overrides = list(args.set)
     flags = {"cluster.actors": args.actors, "cluster.envs_per_actor": args.envs_per_actor, "cluster.learners": args.learners,
+             "cluster.groups": args.groups,
              "run.total_steps": args.total_steps, "run.device": args.device, "run.seed": args.seed}
     overrides += [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     overrides += [f"run.{k}=true" for k in ("deterministic", "collect_only", "random_policy") if getattr(args, k)]
@@ -331,7 +332,7 @@ def main(argv=None) -> int:
             raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
         cfg, run_dir = resolve_config(args)
         cfg = with_topology(cfg)
-        check_groups(cfg, args.groups)
+        check_groups(cfg, cfg.cluster.groups)
         check_learners(cfg)
         resume = bool(args.resume) or restarted_by_torchrun(run_dir)
     except ConfigError as exc:
@@ -344,7 +345,7 @@ def main(argv=None) -> int:
     learners = f"{cfg.cluster.learners} learner ranks" if cfg.cluster.learners > 1 else "learner"
     log.info("run directory %s: %s + %d actors x %d envs", run_dir, learners, cfg.cluster.actors,
              cfg.cluster.envs_per_actor)
-    cluster = Cluster(cfg, run_dir, resume=resume, groups=args.groups, max_restarts=args.max_restarts)
+    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=args.max_restarts)
     signal.signal(signal.SIGINT, cluster.request_stop)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     try:

@@ -17,6 +17,9 @@ from learner.actors import MAX_ENV_SLOTS
 from protocol.settings import EnvSettings
 
 
+LR_SCHEDULES = ("linear", "constant", "adaptive")
+
+
 class ConfigError(ValueError):
     """A config file, override or value that cannot be used; the message names the key."""
 
@@ -51,6 +54,8 @@ class ClusterConfig:
     """environments each actor process hosts (0: cluster.envs / actors)"""
     envs: int = 8
     """env slots in all when actors or envs_per_actor is left to choose (CleanRL's 8); explicit values win"""
+    groups: int = 1
+    """env groups per actor launch.py starts (--groups): 2 steps one half while the other waits for actions"""
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "tcp://127.0.0.1:5555"
@@ -87,8 +92,16 @@ class PPOConfig:
     """GAE lambda"""
     learning_rate: float = 2.5e-4
     """Adam learning rate at the start"""
+    lr_schedule: str = "linear"
+    """linear: `lr0 * (1 - env_steps_done / total_steps)` (CleanRL) | constant | adaptive: after every minibatch lr / 1.5 when its approx_kl (averaged over ranks) > 2 x lr_kl_threshold, x 1.5 when < lr_kl_threshold / 2, within [lr_min, lr_max] (rl_games)"""
     anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 by env steps: `lr0 * (1 - env_steps_done / total_steps)`"""
+    """CleanRL's switch, kept for old configs: false turns lr_schedule linear into constant"""
+    lr_kl_threshold: float = 0.008
+    """adaptive schedule: the KL the learning rate is steered towards (rl_games' kl_threshold)"""
+    lr_min: float = 1e-6
+    """adaptive schedule: lowest learning rate"""
+    lr_max: float = 1e-2
+    """adaptive schedule: highest learning rate"""
     adam_eps: float = 1e-5
     """Adam epsilon"""
     update_epochs: int = 4
@@ -131,6 +144,8 @@ class NormalizeConfig:
     """running mean/std observation normalization, clipped to [-clip, clip] (vector observations; refused for uint8 images)"""
     reward: bool = False
     """scale rewards by the std of the discounted return, clipped to [-clip, clip]"""
+    value: bool = False
+    """value normalization (rl_games): the critic learns returns standardized by their running mean/std; its outputs are de-normalized for GAE and bootstrapping"""
     clip: float = 10.0
     """clip bound for normalized observations and scaled rewards"""
 
@@ -290,6 +305,11 @@ def topology(c: ClusterConfig, cores: int | None = None) -> tuple[int, int]:
     return actors, max(1, -(-c.envs // actors)) if actors else 1
 
 
+def lr_schedule(p: PPOConfig) -> str:
+    """The schedule in force: ppo.anneal_lr = false (CleanRL's switch) turns the default linear into constant."""
+    return "constant" if p.lr_schedule == "linear" and not p.anneal_lr else p.lr_schedule
+
+
 def with_topology(cfg: "Config", cores: int | None = None) -> "Config":
     """cfg with actors and envs_per_actor chosen (what launch.py starts, and what config.toml records)."""
     actors, per = topology(cfg.cluster, cores)
@@ -313,6 +333,7 @@ def validate(cfg: Config) -> None:
     _require(c.actors >= -1, f"cluster.actors must be >= 0 (or -1: from the cores), got {c.actors}")
     _require(0 <= c.envs_per_actor <= MAX_ENV_SLOTS,
              f"cluster.envs_per_actor must be in [1, {MAX_ENV_SLOTS}] (or 0: cluster.envs / actors), got {c.envs_per_actor}")
+    _require(c.groups in (1, 2), f"cluster.groups must be 1 or 2, got {c.groups}")
     _require(1 <= c.envs <= MAX_ENV_SLOTS, f"cluster.envs must be in [1, {MAX_ENV_SLOTS}], got {c.envs}")
     _require(cfg.num_envs <= MAX_ENV_SLOTS, f"cluster.actors x cluster.envs_per_actor = {cfg.num_envs} env slots: "
              f"more than the learner's limit of {MAX_ENV_SLOTS}")
@@ -341,6 +362,12 @@ def validate(cfg: Config) -> None:
     _require(0 <= p.gamma <= 1, f"ppo.gamma must be in [0, 1], got {p.gamma}")
     _require(0 <= p.gae_lambda <= 1, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
     _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
+    _require(p.lr_schedule in LR_SCHEDULES, f"ppo.lr_schedule must be linear, constant or adaptive, got {p.lr_schedule!r}")
+    _require(0 < p.lr_min <= p.lr_max, f"ppo.lr_min and ppo.lr_max must satisfy 0 < lr_min <= lr_max, got {p.lr_min}, {p.lr_max}")
+    _require(p.lr_schedule != "adaptive" or p.lr_min <= p.learning_rate <= p.lr_max,
+             f"ppo.learning_rate {p.learning_rate} must lie in [ppo.lr_min, ppo.lr_max] = [{p.lr_min}, {p.lr_max}] "
+             "with lr_schedule adaptive")
+    _require(p.lr_kl_threshold > 0, f"ppo.lr_kl_threshold must be > 0, got {p.lr_kl_threshold}")
     _require(p.adam_eps > 0, f"ppo.adam_eps must be > 0, got {p.adam_eps}")
     _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
     _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
@@ -352,6 +379,8 @@ def validate(cfg: Config) -> None:
     _require(p.kl_beta > 0, f"ppo.kl_beta must be > 0, got {p.kl_beta}")
     _require(cfg.model.kind in ("auto", "cnn", "mlp"), f"model.kind must be auto, cnn or mlp, got {cfg.model.kind!r}")
     _require(cfg.model.hidden >= 1, f"model.hidden must be >= 1, got {cfg.model.hidden}")
+    _require(not (cfg.normalize.value and r.policy_lag), "normalize.value is not supported with run.policy_lag = 1 "
+             "(the lagged policy's value head would be read with the newer statistics): set one of them off")
     _require(cfg.normalize.clip > 0, f"normalize.clip must be > 0, got {cfg.normalize.clip}")
     _require(cfg.log.keep_checkpoints >= 1, f"log.keep_checkpoints must be >= 1, got {cfg.log.keep_checkpoints}")
     ev = cfg.eval

@@ -29,7 +29,7 @@ from learner.gateway import Gateway
 from learner.evaluate import broadcast_state
 from learner.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
 from learner.model import build_model
-from learner.normalize import ObsNormalizer, RewardScaler
+from learner.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.policy import Policy
 from learner.ppo import PPOUpdater
 from learner.stalls import Stalled, Watchdog
@@ -172,7 +172,8 @@ class Learner:
             self.model = model = build_model(obs_space, action_space, cfg.model).to(device)
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
-        self.updater = PPOUpdater(model, p, device, ranks)
+        self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
+        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         if resume and ranks.main:
             self._resume()
@@ -181,7 +182,8 @@ class Learner:
         if stack > 1:
             log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         self.policy = Policy(model, action_space, device, self.obs_norm,
-                             seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank, random_actions=r.random_policy)
+                             seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank, random_actions=r.random_policy,
+                             value_norm=self.value_norm)
         self.collector = Collector(
             self.gateway, self.policy, p.num_steps, obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32),
             action_space.shape, torch.long if action_space.kind == "discrete" else torch.float32, device,
@@ -244,11 +246,14 @@ class Learner:
             return
         self.ranks.broadcast_tensors(list(self.model.parameters()) + list(self.model.buffers()))
         self.ranks.broadcast_optimizer(self.updater.optimizer)
+        if self.value_norm is not None:
+            self.ranks.broadcast_tensors(list(self.value_norm.buffers()))
         keys = ("update", "env_steps", "version", "elapsed_s")
-        numbers = torch.tensor([float(self.state[k]) for k in keys] + [self.updater.beta], dtype=torch.float64)
+        numbers = torch.tensor([float(self.state[k]) for k in keys] + [self.updater.beta, self.updater.lr],
+                               dtype=torch.float64)
         self.ranks.broadcast_tensors([numbers])
         self.state = {k: (float(v) if k == "elapsed_s" else int(v)) for k, v in zip(keys, numbers.tolist())}
-        self.updater.beta = float(numbers[-1])
+        self.updater.beta, self.updater.lr = float(numbers[-2]), float(numbers[-1])
 
     def _resume(self) -> None:
         path = checkpoint.latest(self.run_dir)
@@ -263,12 +268,20 @@ class Learner:
                 self.obs_norm.load_state_dict(saved["obs_norm"])
             if self.reward_scaler is not None:
                 self.reward_scaler.load_state_dict(saved["reward_scaler"])
+            if self.value_norm is not None:
+                self._load_value_norm(saved.get("value_norm") or {})
             self.state = {k: saved[k] for k in self.state}
             log.info("resumed from %s at update %d (%d env steps)", path.name, self.state["update"],
                      self.state["env_steps"])
         for name in ("metrics.jsonl", "episodes.jsonl"):
             if dropped := drop_rows_after(self.run_dir / name, self.state["update"]):
                 log.info("%s: %d rows past update %d moved to %s.dropped", name, dropped, self.state["update"], name)
+
+    def _load_value_norm(self, state: dict) -> None:
+        if not state:  # a checkpoint of a run without normalize.value: its critic speaks raw returns
+            raise StartupError("normalize.value is on but the checkpoint holds no value statistics "
+                               "(it was written with normalize.value = false): resume with the same setting")
+        self.value_norm.load_state_dict(state)
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
@@ -402,7 +415,8 @@ class Learner:
         payload = {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
                    "config": self.cfg.to_dict(), **self.state, "update": update, "env_steps": env_steps,
                    "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
-                   "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {}}
+                   "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {},
+                   "value_norm": self.value_norm.state_dict() if self.value_norm else {}}
         return checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
                                score=self.metrics.score())
 

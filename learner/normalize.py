@@ -27,9 +27,11 @@ class RunningMeanStd(nn.Module):
         batch = torch.as_tensor(batch).to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
         if batch.shape[0] == 0:
             return
-        batch_mean = batch.mean(0)
-        batch_var = batch.var(0, unbiased=False)
-        batch_count = float(batch.shape[0])
+        self.merge(batch.mean(0), batch.var(0, unbiased=False), float(batch.shape[0]))
+
+    @torch.no_grad()
+    def merge(self, batch_mean, batch_var, batch_count: float) -> None:
+        """Fold in a batch given by its mean, population variance and count (parallel-variance formula)."""
         delta = batch_mean - self.mean
         total = self.count + batch_count
         m2 = self.var * self.count + batch_var * batch_count + delta.pow(2) * self.count * batch_count / total
@@ -157,3 +159,46 @@ class RewardScaler(nn.Module):
         if saved is not None and saved.shape[0] != self.num_envs:
             self.resize(saved.shape[0])  # adopt the checkpoint's slot count before the strict copy
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class ValueNormalizer(nn.Module):
+    """Value normalization (rl_games' normalize_value): running mean/std of the value targets (returns).
+
+    The critic's output lives in normalized units: (G - mean) / sqrt(var + eps). The policy de-normalizes
+    what it reports (rollout values, bootstrap values), so GAE runs on raw returns; the update folds the
+    rollout's returns into the statistics once, then trains the critic on normalize(returns), with the
+    old values normalized by the same statistics (value clipping then happens in normalized units).
+    With G learner ranks the moments are summed over the ranks first, so every rank keeps the same
+    statistics (the job's returns, as if one learner had seen them all).
+    """
+
+    def __init__(self, eps: float = 1e-5):
+        super().__init__()
+        self.rms = RunningMeanStd(())
+        self.eps = eps
+
+    def _std(self, like: torch.Tensor) -> torch.Tensor:
+        return (self.rms.var.to(like.device) + self.eps).sqrt()
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x.double() - self.rms.mean.to(x.device)) / self._std(x)).to(x.dtype)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.double() * self._std(x) + self.rms.mean.to(x.device)).to(x.dtype)
+
+    @staticmethod
+    def moments(returns: torch.Tensor) -> torch.Tensor:
+        """[count, sum, sum of squares] of a batch (float64): what ranks add up before update_moments."""
+        r = returns.detach().double().reshape(-1)
+        return torch.stack([r.new_tensor(float(r.numel())), r.sum(), r.pow(2).sum()])
+
+    @torch.no_grad()
+    def update_moments(self, moments: torch.Tensor) -> None:
+        """Merge a batch given by its summed moments (see moments()); a count of 0 is a no-op."""
+        count, total, squares = (float(v) for v in moments.tolist())
+        if count == 0:
+            return
+        mean = total / count
+        self.rms.merge(torch.tensor(mean, dtype=torch.float64, device=self.rms.mean.device),
+                       torch.tensor(max(squares / count - mean * mean, 0.0), dtype=torch.float64,
+                                    device=self.rms.mean.device), count)

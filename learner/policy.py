@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from learner.model import ActorCritic
-from learner.normalize import ObsNormalizer
+from learner.normalize import ObsNormalizer, ValueNormalizer
 from protocol.spaces import SpaceSpec
 
 
@@ -28,10 +28,12 @@ class ActResult:
 
 class Policy:
     def __init__(self, model: ActorCritic, action_space: SpaceSpec, device: torch.device,
-                 obs_norm: ObsNormalizer | None, seed: int, random_actions: bool = False):
+                 obs_norm: ObsNormalizer | None, seed: int, random_actions: bool = False,
+                 value_norm: ValueNormalizer | None = None):
         self.model, self.action_space, self.device = model, action_space, device
         self.on_cpu = torch.device(device).type == "cpu"
         self.obs_norm = obs_norm
+        self.value_norm = value_norm  # the critic speaks normalized units: values leave here de-normalized
         self.random_actions = random_actions
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
@@ -61,7 +63,10 @@ class Policy:
     def _act(self, obs: np.ndarray) -> ActResult:
         x = self.prepare(obs, update_stats=True)
         action, logprob, value = self.model.act(x, generator=self.generator)
-        return ActResult(action.cpu().numpy(), x, action, logprob, value)
+        return ActResult(action.cpu().numpy(), x, action, logprob, self._raw(value))
+
+    def _raw(self, values: torch.Tensor) -> torch.Tensor:
+        return values if self.value_norm is None else self.value_norm.denormalize(values)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -71,7 +76,7 @@ class Policy:
         x = self.prepare(obs, update_stats=False)
         if self.random_actions:
             return torch.zeros(len(obs), device=self.device)
-        return self.model.value(x)
+        return self._raw(self.model.value(x))
 
     def _random(self, obs: np.ndarray) -> ActResult:
         n, space = len(obs), self.action_space

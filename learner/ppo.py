@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from learner.config import PPOConfig
+from learner.config import PPOConfig, lr_schedule
 from learner.distributed import Ranks
+from learner.normalize import ValueNormalizer
 
 STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "loss")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
@@ -69,6 +70,16 @@ def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
     return min(max(beta, BETA_BOUNDS[0]), BETA_BOUNDS[1])
 
 
+def adaptive_lr(lr: float, kl: float, threshold: float, lr_min: float, lr_max: float) -> float:
+    """rl_games' KL-adaptive rule, applied after every minibatch: divide by 1.5 when the KL exceeds twice
+    the threshold, multiply by 1.5 when it is under half of it, and stay within [lr_min, lr_max]."""
+    if kl > 2.0 * threshold:
+        lr = lr / 1.5
+    elif kl < 0.5 * threshold:
+        lr = lr * 1.5
+    return min(max(lr, lr_min), lr_max)
+
+
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     """1 - Var(R - V) / Var(R), a 0-d float64 tensor on their device; nan when the returns do not vary
     (nothing to explain)."""
@@ -87,12 +98,16 @@ class PPOUpdater:
     minibatch's approx_kl exceeds target_kl.
     """
 
-    def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None):
+    def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None,
+                 value_norm: ValueNormalizer | None = None):
         self.ranks = ranks or Ranks.single()
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.cfg = cfg
+        self.schedule = lr_schedule(cfg)
+        self.value_norm = value_norm  # shared with the Policy, which de-normalizes the critic's outputs
         self.beta = cfg.kl_beta
+        self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
         self.loss_keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
 
@@ -101,10 +116,31 @@ class PPOUpdater:
 
         The rate falls linearly to 0 at the end of the run and never below. It follows env steps, not an
         update count derived from the configured width, so it ends at ~0 however many envs were live
-        (joins, leaves, a resume with another actor count); CleanRL's schedule when the width is fixed."""
-        if not self.cfg.anneal_lr:
+        (joins, leaves, a resume with another actor count); CleanRL's schedule when the width is fixed.
+        Constant: lr0. Adaptive: the rate the last minibatch left."""
+        if self.schedule == "adaptive":
+            return self.lr
+        if self.schedule == "constant":
             return self.cfg.learning_rate
         return self.cfg.learning_rate * min(max(1.0 - progress, 0.0), 1.0)
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _adapt_lr(self, weighted_kl: torch.Tensor) -> None:
+        """Adaptive schedule, after a minibatch: the job's KL (this rank's weight x KL, summed over ranks)."""
+        kl = float(self.ranks.sum_tensor(weighted_kl.double().reshape(1))[0])
+        p = self.cfg
+        self.lr = adaptive_lr(self.lr, kl, p.lr_kl_threshold, p.lr_min, p.lr_max)
+        self._set_lr(self.lr)
+
+    def _normalize_values(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Value normalization: fold the job's returns into the statistics, then give the critic its
+        targets and old values in normalized units (the advantages stay raw)."""
+        vn = self.value_norm
+        vn.update_moments(self.ranks.sum_tensor(vn.moments(batch["returns"])))
+        return {**batch, "values": vn.normalize(batch["values"]), "returns": vn.normalize(batch["returns"])}
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
@@ -112,16 +148,18 @@ class PPOUpdater:
 
         The statistics stay on the device until the end, where one read brings them all to the host: on a
         GPU a read per statistic and minibatch would drain the queue of kernels about a hundred times per
-        update (target_kl adds one read per epoch, which the early stop needs)."""
-        cfg = self.cfg
+        update (target_kl adds one read per epoch, which the early stop needs; the adaptive schedule one
+        per minibatch, as it sets the next minibatch's rate)."""
+        cfg, raw = self.cfg, batch
         obs = batch["obs"]
         n = obs.shape[0]
         if n == 0 and not self.ranks.distributed:
             raise ValueError("PPOUpdater.update: empty batch")
         counts = self.ranks.gather_ints(n)  # every rank's samples: the weights of its minibatch gradients
         lr = self.learning_rate(progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self._set_lr(lr)
+        if self.value_norm is not None:
+            batch = self._normalize_values(batch)
         self.model.train()
 
         keys = self.loss_keys + ("grad_norm",)
@@ -141,17 +179,21 @@ class PPOUpdater:
                 totals += weight * torch.stack([stats[k].double() for k in keys])
                 last = weight * stats["approx_kl"]
                 minibatches += 1
+                if self.schedule == "adaptive":
+                    self._adapt_lr(last)
             epochs_run = epoch + 1
             if cfg.target_kl > 0 and self.ranks.sum([float(last)])[0] > cfg.target_kl:  # decided jointly
                 break
 
         pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
-        ev = explained_variance(batch["values"], batch["returns"]) if n else totals.new_tensor(float("nan"))
+        ev = explained_variance(raw["values"], raw["returns"]) if n else totals.new_tensor(float("nan"))
         names = keys + ("explained_variance", *first)
         tail = torch.stack([ev.double(), *(x.double() for x in first.values())])
         values = torch.cat([pooled, tail]).tolist()  # the update's one read from the device
         out = dict(zip(names, values))
-        out.update(learning_rate=lr, epochs_run=epochs_run, minibatches=minibatches)
+        # adaptive: the rate the update ended with (the next one starts from it)
+        out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
+                   minibatches=minibatches)
         if cfg.variant == "kl":
             # Adjust beta from the mean measured KL of this update; reported value is the one for the next update.
             self.beta = kl_beta_update(self.beta, out["approx_kl"], cfg.kl_target)
@@ -183,8 +225,9 @@ class PPOUpdater:
         return stats
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "kl_beta": self.beta}
+        return {"optimizer": self.optimizer.state_dict(), "kl_beta": self.beta, "learning_rate": self.lr}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.beta = float(state["kl_beta"])
+        self.lr = float(state.get("learning_rate", self.cfg.learning_rate))  # checkpoints before the schedule

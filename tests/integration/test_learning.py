@@ -73,6 +73,22 @@ def test_cartpole_reaches_475_within_150k_steps(tmp_path, lag):
     print(f"CartPole, policy_lag={lag}: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
 
 
+def test_cartpole_with_rl_games_update_rules_reaches_475_within_150k_steps(tmp_path):
+    """The KL-adaptive learning rate and value normalization on (deterministic, like the lagged runs). The
+    final checkpoint carries both: the adaptive rate and the value statistics a resume continues from."""
+    run_dir = tmp_path / "cartpole-rl-games-rules"
+    hit = _train_until(run_dir, "configs/cartpole.toml", 150_000, 20, 475, 240, "--deterministic",
+                       "--set", "ppo.lr_schedule=\"adaptive\"", "--set", "normalize.value=true")
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len({r["learning_rate"] for r in rows}) > 1, "the adaptive rate never moved"
+    import torch
+    saved = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
+    assert saved["updater"]["learning_rate"] == rows[saved["update"] - 1]["learning_rate"]
+    assert float(saved["value_norm"]["rms.count"]) > 1000
+    print(f"CartPole, adaptive lr + value normalization: mean of 20 episodes {hit['mean']:.1f} "
+          f"at {hit['env_steps']} env steps")
+
+
 def _assert_lag(run_dir: Path, lag: int) -> None:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(r["policy_lag"] == lag for r in rows)

@@ -1,7 +1,9 @@
 """The actor topology launch.py chooses when the config leaves it open, and explicit values winning."""
 import pytest
 
-from learner.config import ClusterConfig, Config, ConfigError, from_dict, topology, with_topology
+from pathlib import Path
+
+from learner.config import ClusterConfig, Config, ConfigError, from_dict, load, topology, with_topology
 
 
 @pytest.mark.parametrize("cores,expected", [(1, (1, 8)), (2, (2, 4)), (3, (2, 4)), (4, (4, 2)), (6, (4, 2)),
@@ -23,3 +25,30 @@ def test_with_topology_writes_concrete_values():
     assert (cfg.cluster.actors, cfg.cluster.envs_per_actor, cfg.num_envs) == (2, 4, 8)
     with pytest.raises(ConfigError, match="cluster.envs must be"):
         from_dict({"cluster": {"envs": 0}})
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_config_loads_and_validates(path):
+    cfg = load(path)
+    assert cfg.num_envs >= 1
+
+
+def test_the_fast_recipes_say_what_they_are():
+    root = Path(__file__).resolve().parents[2] / "configs"
+    pong, breakout = load(root / "pong-fast.toml"), load(root / "breakout-fast.toml")
+    for cfg in (pong, breakout):
+        c, p = cfg.cluster, cfg.ppo
+        assert (c.actors, c.envs_per_actor, c.groups) == (16, 8, 2)
+        assert cfg.num_envs * p.num_steps == 8192  # rl_games' samples per update
+        assert cfg.normalize.value and not p.clip_vloss and p.clip_coef == 0.2 and p.max_grad_norm == 1.0
+    assert pong.num_envs * pong.ppo.num_steps // pong.ppo.num_minibatches == 2048
+    assert (pong.ppo.lr_schedule, pong.ppo.learning_rate, pong.ppo.update_epochs, pong.ppo.vf_coef) == ("adaptive", 3e-4, 4, 2.0)
+    assert breakout.num_envs * breakout.ppo.num_steps // breakout.ppo.num_minibatches == 1024
+    assert (breakout.ppo.lr_schedule, breakout.ppo.learning_rate, breakout.ppo.update_epochs) == ("constant", 8e-4, 2)
+    assert breakout.ppo.gamma == 0.999 and not breakout.env.clip_rewards
+
+
+def test_cluster_groups_is_validated():
+    with pytest.raises(ConfigError, match="cluster.groups must be 1 or 2, got 3"):
+        from_dict({"cluster": {"groups": 3}})
