@@ -1,10 +1,14 @@
 """Start a local cluster, one learner plus N actor processes, and supervise it until training ends.
 
-    python launch.py                                   # Breakout, 8 actors, 10M steps
+    python launch.py                                   # Breakout, CleanRL's recipe, 10M steps
     python launch.py --config configs/smoke.toml       # a tiny run
     python launch.py --resume runs/breakout-...        # continue from the newest checkpoint
 
-Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0.
+The topology: --actors and --envs-per-actor (cluster.actors, cluster.envs_per_actor) when given; left
+unset, cluster.envs (8, CleanRL's recipe) env slots are spread over one actor process per core (2 cores:
+2 actors x 4 envs). The log's first line says what was picked.
+
+Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0 (Ctrl-C again forces).
 """
 from __future__ import annotations
 

@@ -11,19 +11,23 @@ from actor.runner import ActorOptions, run
 
 
 def parse_args(argv=None) -> ActorOptions:
-    p = argparse.ArgumentParser(prog="python -m actor", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--learner", required=True, help="the learner's address, e.g. tcp://10.0.0.5:5555")
-    p.add_argument("--envs", type=int, default=1, help="environments this actor hosts")
+    p = argparse.ArgumentParser(prog="python -m actor", description=__doc__)
+    p.add_argument("--learner", required=True, metavar="ADDRESS",
+                   help="the learner's address (required), e.g. tcp://10.0.0.5:5555; a local run's is in "
+                        "RUN_DIR/endpoints.json")
+    p.add_argument("--envs", type=int, default=1, help="environments this actor hosts (default: %(default)s)")
     p.add_argument("--groups", type=int, default=1, choices=(1, 2),
-                   help="2: double-buffered (step one half while the other waits for actions)")
-    p.add_argument("--name", default="", help="name shown in the learner's log")
+                   help="2: double-buffered (step one half while the other waits for actions) (default: %(default)s)")
+    p.add_argument("--name", default="", help="name shown in the learner's log (default: HOSTNAME-PID)")
     p.add_argument("--reconnect-s", type=float, default=300.0,
-                   help="keep trying to (re)join the learner this long; 0 exits when it goes away")
-    p.add_argument("--join-timeout-s", type=float, default=30.0, help="give up on a learner that does not answer")
+                   help="once joined, keep trying to rejoin a learner that went away this long; 0 exits when it "
+                        "goes away (default: %(default)g)")
+    p.add_argument("--join-timeout-s", type=float, default=30.0,
+                   help="give up when no learner answers the first handshake within this long: exit 1 "
+                        "(default: %(default)g)")
     p.add_argument("--learner-timeout-s", type=float, default=300.0,
                    help="a learner that sends nothing this long while the actor waits for actions is taken as "
-                        "gone (reconnect); keep it above the learner's longest update")
+                        "gone (reconnect); keep it above the learner's longest update (default: %(default)g)")
     p.add_argument("--server-key", default=None, help="CURVE: the learner's public key file")
     p.add_argument("--key", default=None, help="CURVE: this actor's secret key file")
     args = p.parse_args(argv)
