@@ -119,15 +119,15 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     try:
         learner = Learner(cfg, run_dir, resume)
     except StartupError as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the level already says ERROR
         return 2
     except RanksLost as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the level already says ERROR
         return 1
     try:
         learner.train()
     except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the level already says ERROR
         return 1
     finally:
         learner.close()
@@ -301,7 +301,8 @@ class Learner:
                 self._finish(job)
         if in_flight is not None:
             self._finish(in_flight)
-        if self.last_saved != state["update"] or not checkpoint.latest(self.run_dir):
+        # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
+        if state["update"] > 0 and (self.last_saved != state["update"] or not checkpoint.latest(self.run_dir)):
             if path := self._save_checkpoint(state["update"], state["env_steps"]):
                 log.info("final checkpoint %s", path)
         log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
