@@ -174,6 +174,7 @@ class Learner:
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.updater = PPOUpdater(model, p, device, ranks)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
+        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
         if resume and ranks.main:
             self._resume()
         self._sync_from_rank0()
@@ -190,7 +191,6 @@ class Learner:
         self.collector.flow_through = r.collect_only and not r.deterministic  # no update: no weights to wait for
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
-        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
         self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
         if ranks.main:
             self.metrics = MetricsWriter(run_dir, cfg)
@@ -250,24 +250,34 @@ class Learner:
         self.updater.beta = float(numbers[-1])
 
     def _resume(self) -> None:
-        path = checkpoint.latest(self.run_dir)
+        """Continue from the newest checkpoint that loads (newer ones that do not are skipped, one line each)."""
+        path, saved, skipped = checkpoint.load_newest(self.run_dir, self.device)
+        for bad, why in skipped:
+            log.warning("skipped %s: it does not load (%s)", bad.name, why)
+        if path is None and skipped:
+            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} loads "
+                               f"({len(skipped)} tried; the newest, {skipped[0][0].name}: {skipped[0][1]})")
         if path is None:
             log.info("no checkpoint in %s: starting from scratch", self.run_dir)
         else:
-            with starting(f"cannot load {path}"):
-                saved = checkpoint.load(path, self.device)
-            self.model.load_state_dict(saved["model"])
-            self.updater.load_state_dict(saved["updater"])
-            if self.obs_norm is not None:
-                self.obs_norm.load_state_dict(saved["obs_norm"])
-            if self.reward_scaler is not None:
-                self.reward_scaler.load_state_dict(saved["reward_scaler"])
-            self.state = {k: saved[k] for k in self.state}
-            log.info("resumed from %s at update %d (%d env steps)", path.name, self.state["update"],
-                     self.state["env_steps"])
+            with starting(f"cannot resume from {path}"):
+                self._restore(saved)
+            log.info("resumed from %s at update %d (%d env steps, %d episodes)", path.name, self.state["update"],
+                     self.state["env_steps"], self.episodes.count)
         for name in ("metrics.jsonl", "episodes.jsonl"):
             if dropped := drop_rows_after(self.run_dir / name, self.state["update"]):
                 log.info("%s: %d rows past update %d moved to %s.dropped", name, dropped, self.state["update"], name)
+
+    def _restore(self, saved: dict) -> None:
+        self.model.load_state_dict(saved["model"])
+        self.updater.load_state_dict(saved["updater"])
+        if self.obs_norm is not None:
+            self.obs_norm.load_state_dict(saved["obs_norm"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(saved["reward_scaler"])
+        self.state = {k: saved[k] for k in self.state}
+        if "episodes" in saved:  # the last-100 window and the count (checkpoints before issue 25 lack them)
+            self.episodes.load_state_dict(saved["episodes"])
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
@@ -401,6 +411,7 @@ class Learner:
             return None
         payload = {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
                    "config": self.cfg.to_dict(), **self.state, "update": update, "env_steps": env_steps,
+                   "episodes": self.episodes.state_dict(),
                    "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
                    "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {}}
         return checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
