@@ -26,7 +26,7 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from actor import EXIT_REFUSED
+from actor import EXIT_REFUSED, name_process
 from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml, with_topology
 
 log = logging.getLogger("launch")
@@ -150,6 +150,8 @@ def check_groups(cfg: Config, groups: int) -> None:
 
 def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict) -> None:
     os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
+    rank = os.environ.get("RANK", "0")
+    name_process("learner" if rank == "0" else f"learner-rank-{rank}")
     from learner.main import run
     sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume))
 
@@ -157,6 +159,7 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict) 
 def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
                   keys: tuple[str, str] | None = None, refusals=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
+    name_process(name)
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actor.runner import ActorOptions, run
     curve = None
@@ -170,6 +173,7 @@ def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pi
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by the launcher (SIGTERM) once the learner is gone
+    name_process("eval")
     logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from learner.eval_worker import run

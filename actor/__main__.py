@@ -7,10 +7,10 @@ import os
 import socket
 import sys
 
-from actor.runner import ActorOptions, run
+from actor import name_process
 
 
-def parse_args(argv=None) -> ActorOptions:
+def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m actor", description=__doc__)
     p.add_argument("--learner", required=True, metavar="ADDRESS",
                    help="the learner's address (required), e.g. tcp://10.0.0.5:5555; a local run's is in "
@@ -52,6 +52,7 @@ def parse_args(argv=None) -> ActorOptions:
         except (OSError, ValueError) as exc:
             p.error(f"cannot read keys: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    from actor.runner import ActorOptions
     return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=name,
                         reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s,
                         learner_timeout_s=args.learner_timeout_s, curve=curve)
@@ -59,7 +60,13 @@ def parse_args(argv=None) -> ActorOptions:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return run(parse_args(argv))
+    try:  # the imports too (numpy, zmq, gymnasium take a second): a Ctrl-C then leaves quietly as well
+        opts = parse_args(argv)
+        name_process(f"actor {opts.name}")
+        from actor.runner import run
+        return run(opts)  # Ctrl-C once joined: run() says goodbye to the learner and returns 0
+    except KeyboardInterrupt:
+        return 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.integration.cluster import (ROOT, assert_no_stragglers, assert_session_gone, kill_group, launch, metrics,
-                                      run_launch, wait_for)
+                                      run_launch, stop, wait_for)
 from learner.metrics import FIELDS
 
 pytestmark = pytest.mark.integration
@@ -197,3 +197,30 @@ def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path
     assert "restarting actor" not in out
     assert proc.returncode == 0, out[-3000:]
     assert_no_stragglers(run_dir)
+
+
+def test_processes_are_named_in_ps(tmp_path):
+    """ps and top tell the run's processes apart (issue 25, item 11): `ppo-cluster learner`, `ppo-cluster
+    actor-1`, `ppo-cluster eval`, not `python -c from multiprocessing.spawn import spawn_main ...`."""
+    pytest.importorskip("setproctitle")
+    run_dir = tmp_path / "named"
+    proc = launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                  "--set", "eval.every=1")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        info = json.loads((run_dir / "processes.json").read_text())
+        wait_for(lambda: info.get("evaluator") or json.loads((run_dir / "processes.json").read_text()).get("evaluator"),
+                 30, "the evaluator", proc)
+        info = json.loads((run_dir / "processes.json").read_text())
+        expected = {info["learner"]: "ppo-cluster learner", info["actors"]["0"]: "ppo-cluster actor-0",
+                    info["actors"]["1"]: "ppo-cluster actor-1", info["evaluator"]: "ppo-cluster eval"}
+        # each sets its title first thing in its process function: wait for that, boundedly
+        titles = wait_for(lambda: (t := {pid: cmdline(pid) for pid in expected}) == expected and t, 60,
+                          "every process named", proc)
+    finally:
+        stop(proc)
+    assert titles == expected
+
+
+def cmdline(pid: int) -> str:
+    return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()
