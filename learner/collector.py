@@ -151,10 +151,14 @@ class Collector:
             self._pump(100)
             if time.monotonic() - said >= self.actor_timeout_s:
                 said = time.monotonic()
-                log.warning("waiting for actors: %d env slots ready, %d needed to start the %s rollout "
-                            "(%d actors connected)", self.parked_slots(), need,
-                            "first" if self.rollouts == 0 else "next", len(self.gateway.registry))
+                log.warning("%s", self._waiting_line(need))
         return True
+
+    def _waiting_line(self, need: int) -> str:
+        ready = self.parked_slots()
+        return (f"waiting for actors: {ready} env slots ready, {need} needed to start the "
+                f"{'first' if self.rollouts == 0 else 'next'} rollout ({len(self.gateway.registry)} actors "
+                f"connected); to add one: {self.gateway.join_command(need - ready)}")
 
     def _start_rollout(self) -> None:
         groups = sorted(self.parked.values(), key=lambda w: w.slots[0])

@@ -339,7 +339,11 @@ class Learner:
     def _note_idle(self) -> None:
         if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
             self.idle_said = time.monotonic()
-            log.warning("waiting for actors: no learner rank has a live env slot")
+            if self.ranks.distributed:
+                log.warning("waiting for actors: no learner rank has a live env slot")
+            else:
+                log.warning("waiting for actors: every actor has left; to add one: %s",
+                            self.gateway.join_command(self.width))
 
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:

@@ -76,3 +76,32 @@ def test_ctrl_c_once_joined_says_goodbye_and_the_learner_logs_a_departure(tmp_pa
         stop(proc)
     events = [e for r in metrics(run_dir) for e in r["events"] if "visitor left" in e]
     assert events and all("said goodbye: interrupted (Ctrl-C)" in e and "unreachable" not in e for e in events), events
+
+
+def test_actors_0_prints_the_command_that_joins_and_says_when_every_actor_left(tmp_path):
+    """Issue 25, item 7: the waiting line carries the exact `python -m actor` command; run as printed it
+    joins; after it leaves, a one-learner run says so without talking about learner ranks."""
+    run_dir = tmp_path / "run"
+    proc = launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--actors", "0",
+                  "--total-steps", "10000000", "--set", "cluster.actor_timeout_s=1")
+    actor = None
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        command = f"python -m actor --learner {address} --envs 1"
+        wait_for(lambda: f"to add one: {command}" in (run_dir / "learner.log").read_text(), 30, "the hint", proc)
+        actor = subprocess.Popen([sys.executable, *command.split()[1:], "--name", "copied"], cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 90, "an update with the copied command", proc)
+        said = (run_dir / "learner.log").read_text().count("waiting for actors")
+        os.killpg(actor.pid, signal.SIGINT)
+        actor.communicate(timeout=30)
+        wait_for(lambda: (run_dir / "learner.log").read_text().count("waiting for actors") > said, 30,
+                 "waiting again once the actor left", proc)
+    finally:
+        if actor is not None:
+            kill_group(actor)
+        stop(proc)
+    text = (run_dir / "learner.log").read_text()
+    assert "learner rank" not in text
+    waits = [line for line in text.splitlines() if "waiting for actors" in line]
+    assert all(f"to add one: python -m actor --learner {address} --envs" in line for line in waits), waits

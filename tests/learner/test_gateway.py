@@ -243,3 +243,12 @@ def test_a_peer_that_keeps_misbehaving_is_banned_and_its_handshake_gets_no_welco
     other = loopback.peer(identity=b"other")  # the ban is the rogue's alone
     loopback.join(other)
     assert b"other" in gateway.registry
+
+
+def test_join_command_names_a_reachable_address_and_the_keys_when_needed():
+    import socket as _socket
+    from learner.gateway import join_command
+    assert join_command("tcp://127.0.0.1:41234", 3) == "python -m actor --learner tcp://127.0.0.1:41234 --envs 3"
+    host = _socket.gethostname()
+    assert join_command("tcp://0.0.0.0:5555", 0) == f"python -m actor --learner tcp://{host}:5555 --envs 1"
+    assert join_command("tcp://*:5555", 2, curved=True).endswith("--envs 2 --server-key LEARNER.key --key YOUR.key_secret")
