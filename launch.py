@@ -1,10 +1,14 @@
 """Start a local cluster, one learner plus N actor processes, and supervise it until training ends.
 
-    python launch.py                                   # Breakout, 8 actors, 10M steps
+    python launch.py                                   # Breakout, CleanRL's recipe, 10M steps
     python launch.py --config configs/smoke.toml       # a tiny run
     python launch.py --resume runs/breakout-...        # continue from the newest checkpoint
 
-Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0.
+The topology: --actors and --envs-per-actor (cluster.actors, cluster.envs_per_actor) when given; left
+unset, cluster.envs (8, CleanRL's recipe) env slots are spread over one actor process per core (2 cores:
+2 actors x 4 envs). The log's first line says what was picked.
+
+Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0 (Ctrl-C again forces).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -21,11 +26,14 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from actor import EXIT_REFUSED
+from actor import EXIT_REFUSED, leave_on_sigterm, name_process
 from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml, with_topology
 
 log = logging.getLogger("launch")
 ENDPOINT_TIMEOUT_S = 120.0
+ACTOR_GRACE_S = 10.0  # at the end of a run: the actors' time to leave on the learner's goodbye
+ACTOR_GRACE_STOPPING_S = 2.0  # the same after Ctrl-C or SIGTERM (an actor still starting has no goodbye to hear)
+EXIT_FORCED = 130  # a second Ctrl-C: 128 + SIGINT, as a shell reports an interrupted command
 LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank ended
 
 
@@ -109,6 +117,24 @@ def restarted_by_torchrun(run_dir: Path) -> bool:
     return False
 
 
+def check_fresh(run_dir: Path) -> None:
+    """A run directory that already holds a run is continued with --resume, never silently written over.
+    (CleanRL names every run afresh; Sample Factory resumes by default. Here resuming is asked for.)"""
+    metrics = run_dir / "metrics.jsonl"
+    held = [what for what, there in (("metrics.jsonl", metrics.is_file() and metrics.stat().st_size > 0),
+                                     ("checkpoints", any((run_dir / "checkpoints").glob("ckpt_*.pt")))) if there]
+    if held:
+        raise ConfigError(f"--run-dir {run_dir} already holds a run ({' and '.join(held)}): continue it with "
+                          f"--resume {run_dir}, or pick a fresh name (e.g. --run-dir {fresh_name(run_dir)})")
+
+
+def fresh_name(run_dir: Path) -> Path:
+    n = 2
+    while run_dir.with_name(f"{run_dir.name}-{n}").exists():
+        n += 1
+    return run_dir.with_name(f"{run_dir.name}-{n}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -125,6 +151,8 @@ def check_groups(cfg: Config, groups: int) -> None:
 
 def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict) -> None:
     os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
+    rank = os.environ.get("RANK", "0")
+    name_process("learner" if rank == "0" else f"learner-rank-{rank}")
     from learner.main import run
     sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume))
 
@@ -132,6 +160,8 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict) 
 def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
                   keys: tuple[str, str] | None = None, refusals=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
+    leave_on_sigterm()  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
+    name_process(name)
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actor.runner import ActorOptions, run
     curve = None
@@ -145,16 +175,64 @@ def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pi
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by the launcher (SIGTERM) once the learner is gone
+    name_process("eval")
     logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from learner.eval_worker import run
     sys.exit(run(from_dict(cfg_dict), run_dir, parent_pid))
 
 
+class StopRequests:
+    """Ctrl-C and SIGTERM. The first asks every process to stop in order (the learner checkpoints, the actors
+    leave on its goodbye) and says so at once; a second one kills every child and exits 130.
+
+    Children are started with SIGINT ignored (`started`), so the Ctrl-C a terminal sends to the whole process
+    group reaches only this process (and the learner, once its own handler is in place): no child prints a
+    KeyboardInterrupt traceback, and the stop goes in order."""
+
+    def __init__(self):
+        self.requested = False
+        self.signals = 0
+        self._pids: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def request(self) -> None:
+        self.requested = True
+
+    def started(self, proc: mp.Process) -> None:
+        """proc.start() with SIGINT ignored, inherited by the child from its first instruction on."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self._pids.append(proc.pid)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.signals += 1
+        if self.signals > 1:
+            self._force()
+        self.requested = True
+        log.warning("stopping (Ctrl-C again to force)")
+
+    def _force(self) -> None:
+        log.warning("forced: killing every process of the run (the last checkpoint stays)")
+        for pid in self._pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os._exit(EXIT_FORCED)
+
+
 class Cluster:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int, max_restarts: int):
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int, max_restarts: int, stops: StopRequests):
         self.cfg, self.run_dir, self.resume, self.groups = cfg, run_dir, resume, groups
-        self.max_restarts = max_restarts
+        self.max_restarts, self.stops = max_restarts, stops
         self.ctx = mp.get_context("spawn")
         self.learners: list[mp.Process] = []  # this host's learner ranks
         self.ranks = self._rank_envs()  # the environment of each (empty: one learner on its own)
@@ -163,7 +241,7 @@ class Cluster:
         self.restarts: dict[int, int] = {}
         self.refusals = self.ctx.SimpleQueue()  # (actor name, reason) from actors the learner refused
         self.refused: dict[str, str] = {}
-        self.stopping = False
+        self.learners_told = False  # the learners were sent SIGTERM after a stop request
         self.addresses: list[str] = []  # each local learner rank's address; actor i joins rank i % len
 
     @property
@@ -187,21 +265,29 @@ class Cluster:
         return self.run_dir / (f"endpoints-rank-{rank}.json" if rank else "endpoints.json")
 
     def start(self) -> None:
+        """The learners, then (once every one has written its endpoints) the actors and the evaluator. Returns
+        early on a stop request or a learner that ended: supervise() then winds down whatever runs."""
         for env in self.ranks:
             self._endpoint_file(env).unlink(missing_ok=True)
             proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",
                                     args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env))
-            proc.start()
+            self.stops.started(proc)
             self.learners.append(proc)
         self._record_pids()
-        self.addresses = [self._await_endpoint(env, proc) for env, proc in zip(self.ranks, self.learners)]
+        for env, proc in zip(self.ranks, self.learners):
+            address = self._await_endpoint(env, proc)
+            if address is None:
+                return
+            self.addresses.append(address)
         self._record_pids()
         for i in range(self.cfg.cluster.actors):
+            if self.stops():
+                return
             self._start_actor(i)
-        if self.cfg.eval.every > 0:
+        if self.cfg.eval.every > 0 and not self.stops():
             self.evaluator = self.ctx.Process(target=eval_process, name="evaluator", daemon=False,
                                               args=(self.cfg.to_dict(), str(self.run_dir), os.getpid()))
-            self.evaluator.start()
+            self.stops.started(self.evaluator)
             self._record_pids()
 
     def _record_pids(self) -> None:
@@ -216,19 +302,24 @@ class Cluster:
         tmp.write_text(json.dumps(info))
         os.replace(tmp, self.run_dir / name)
 
-    def _await_endpoint(self, env: dict, learner: mp.Process) -> str:
+    def _await_endpoint(self, env: dict, learner: mp.Process) -> str | None:
+        """The learner's address once it has bound it; None when a stop was asked for or a learner ended
+        first (supervise() says how it ended)."""
         path, deadline = self._endpoint_file(env), time.monotonic() + ENDPOINT_TIMEOUT_S
-        while time.monotonic() < deadline and all(p.is_alive() for p in self.learners) and not self.stopping:
+        while all(p.is_alive() for p in self.learners) and not self.stops():
             if path.exists():
                 return json.loads(path.read_text())["address"]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the learner (rank {env.get('RANK', '0')}) did not come up within "
+                                   f"{ENDPOINT_TIMEOUT_S:g}s")
             wait([learner.sentinel], timeout=0.1)
-        raise RuntimeError(f"the learner (rank {env.get('RANK', '0')}) did not come up within {ENDPOINT_TIMEOUT_S:g}s")
+        return None
 
     def _start_actor(self, i: int) -> None:
         proc = self.ctx.Process(target=actor_process, name=f"actor-{i}", daemon=False, args=(
             self.addresses[i % len(self.addresses)], self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
             str(self.run_dir / "actors.log"), self._actor_keys(), self.refusals))
-        proc.start()
+        self.stops.started(proc)
         self.actors[i] = proc
         self._record_pids()
 
@@ -240,17 +331,17 @@ class Cluster:
     def supervise(self) -> int:
         backoff_until: dict[int, float] = {}
         while True:
-            if self.stopping and not getattr(self, "_signalled", False):
+            if self.stops() and not self.learners_told:
                 for learner in self.learners:  # SIGTERM: rank 0 checkpoints, every rank says goodbye to its actors
                     if learner.is_alive():
                         learner.terminate()
-                self._signalled = True
+                self.learners_told = True
             wait([*[p.sentinel for p in self.learners], *[p.sentinel for p in self.actors.values()]], timeout=0.5)
             if not all(p.is_alive() for p in self.learners):
                 return self._shutdown()
             now = time.monotonic()
             for i, proc in list(self.actors.items()):
-                if proc.is_alive() or self.stopping:
+                if proc.is_alive() or self.stops():
                     continue
                 if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart
                     del self.actors[i]
@@ -300,16 +391,23 @@ class Cluster:
 
     def _shutdown(self) -> int:
         codes = self._stop_learners()
+        if self.stops():  # a learner SIGTERMed before its handler was in place (still starting) stopped as asked
+            codes = [0 if c == -signal.SIGTERM else c for c in codes]
         failed = [c for c in codes if c != 0]
         code = 0 if not failed else 2 if codes[0] == 2 else failed[0]
         if self.evaluator is not None:
             self.evaluator.terminate()
         if code not in (0, 2):
             log.error("the learner exited with code %s; stopping the actors", code)
-        deadline = time.monotonic() + 10.0
-        for proc in self.actors.values():  # actors leave on the learner's goodbye or when it is gone
+        # actors leave on the learner's goodbye or when it is gone; after a stop request one still starting
+        # (no goodbye to hear) is not waited for
+        deadline = time.monotonic() + (ACTOR_GRACE_STOPPING_S if self.stops() else ACTOR_GRACE_S)
+        for proc in self.actors.values():
             proc.join(max(deadline - time.monotonic(), 0.1))
         for proc in self.actors.values():
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(2.0)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -320,12 +418,11 @@ class Cluster:
                 self.evaluator.join()
         return code if code in (0, 2) else 1  # 2: the learner refused to start (its log line says why)
 
-    def request_stop(self, *_):
-        self.stopping = True
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [launch] %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    stops = StopRequests()  # first: a Ctrl-C from here on stops in order
     args = build_parser().parse_args(argv)
     try:
         if args.max_restarts < 0:
@@ -335,9 +432,14 @@ def main(argv=None) -> int:
         check_groups(cfg, cfg.cluster.groups)
         check_learners(cfg)
         resume = bool(args.resume) or restarted_by_torchrun(run_dir)
+        if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+            check_fresh(run_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if stops():
+        return 0
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f".config.toml.{os.getpid()}"  # several workers of one job may write it at once
     tmp.write_text(to_toml(cfg))
@@ -345,16 +447,17 @@ def main(argv=None) -> int:
     learners = f"{cfg.cluster.learners} learner ranks" if cfg.cluster.learners > 1 else "learner"
     log.info("run directory %s: %s + %d actors x %d envs", run_dir, learners, cfg.cluster.actors,
              cfg.cluster.envs_per_actor)
-    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=args.max_restarts)
-    signal.signal(signal.SIGINT, cluster.request_stop)
-    signal.signal(signal.SIGTERM, cluster.request_stop)
+    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=args.max_restarts, stops=stops)
     try:
         cluster.start()
-    except RuntimeError as exc:
-        if cluster.learner.exitcode != 2:  # exit 2: the learner already said why, in one line
-            log.error("%s", exc)
-        cluster.request_stop()
-    return cluster.supervise()
+    except RuntimeError as exc:  # the learner did not come up in time
+        log.error("%s", exc)
+        stops.request()
+    code = cluster.supervise()
+    if code == 2 and created:  # the learner refused to start (its log line said why): leave nothing behind
+        shutil.rmtree(run_dir, ignore_errors=True)
+        log.info("nothing started: removed %s", run_dir)
+    return code
 
 
 if __name__ == "__main__":

@@ -7,23 +7,27 @@ import os
 import socket
 import sys
 
-from actor.runner import ActorOptions, run
+from actor import leave_on_sigterm, name_process
 
 
-def parse_args(argv=None) -> ActorOptions:
-    p = argparse.ArgumentParser(prog="python -m actor", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--learner", required=True, help="the learner's address, e.g. tcp://10.0.0.5:5555")
-    p.add_argument("--envs", type=int, default=1, help="environments this actor hosts")
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m actor", description=__doc__)
+    p.add_argument("--learner", required=True, metavar="ADDRESS",
+                   help="the learner's address (required), e.g. tcp://10.0.0.5:5555; a local run's is in "
+                        "RUN_DIR/endpoints.json")
+    p.add_argument("--envs", type=int, default=1, help="environments this actor hosts (default: %(default)s)")
     p.add_argument("--groups", type=int, default=1, choices=(1, 2),
-                   help="2: double-buffered (step one half while the other waits for actions)")
-    p.add_argument("--name", default="", help="name shown in the learner's log")
+                   help="2: double-buffered (step one half while the other waits for actions) (default: %(default)s)")
+    p.add_argument("--name", default="", help="name shown in the learner's log (default: HOSTNAME-PID)")
     p.add_argument("--reconnect-s", type=float, default=300.0,
-                   help="keep trying to (re)join the learner this long; 0 exits when it goes away")
-    p.add_argument("--join-timeout-s", type=float, default=30.0, help="give up on a learner that does not answer")
+                   help="once joined, keep trying to rejoin a learner that went away this long; 0 exits when it "
+                        "goes away (default: %(default)g)")
+    p.add_argument("--join-timeout-s", type=float, default=30.0,
+                   help="give up when no learner answers the first handshake within this long: exit 1 "
+                        "(default: %(default)g)")
     p.add_argument("--learner-timeout-s", type=float, default=300.0,
                    help="a learner that sends nothing this long while the actor waits for actions is taken as "
-                        "gone (reconnect); keep it above the learner's longest update")
+                        "gone (reconnect); keep it above the learner's longest update (default: %(default)g)")
     p.add_argument("--server-key", default=None, help="CURVE: the learner's public key file")
     p.add_argument("--key", default=None, help="CURVE: this actor's secret key file")
     args = p.parse_args(argv)
@@ -48,6 +52,7 @@ def parse_args(argv=None) -> ActorOptions:
         except (OSError, ValueError) as exc:
             p.error(f"cannot read keys: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    from actor.runner import ActorOptions
     return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=name,
                         reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s,
                         learner_timeout_s=args.learner_timeout_s, curve=curve)
@@ -55,7 +60,14 @@ def parse_args(argv=None) -> ActorOptions:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return run(parse_args(argv))
+    try:  # the imports too (numpy, zmq, gymnasium take a second): a Ctrl-C then leaves quietly as well
+        leave_on_sigterm()
+        opts = parse_args(argv)
+        name_process(f"actor {opts.name}")
+        from actor.runner import run
+        return run(opts)  # Ctrl-C once joined: run() says goodbye to the learner and returns 0
+    except KeyboardInterrupt:
+        return 0
 
 
 if __name__ == "__main__":

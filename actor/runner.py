@@ -24,6 +24,7 @@ from protocol.transport import connect_dealer, recv_frames
 
 log = logging.getLogger("actor")
 HEARTBEAT_S = 1.0  # while building its envs, an actor tells the learner it is alive this often
+GOODBYE_GRACE_S = 1.0  # Ctrl-C: connected this long after the goodbye, for actions already on their way
 
 
 class LearnerGone(Exception):
@@ -146,6 +147,10 @@ class ActorEnvs:
         self.key, self.groups, self.built = None, [], 0
 
 
+def _signal_name(exc: KeyboardInterrupt) -> str:
+    return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.leave_on_sigterm
+
+
 def _parent_alive(pid: int) -> bool:
     return pid <= 0 or os.getppid() == pid
 
@@ -172,6 +177,10 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
         for g, group in enumerate(envs.groups):
             sock.send_multipart(m.encode(group.first_report(g)))
         return _serve(sock, monitor, envs.groups, expect, opts)
+    except KeyboardInterrupt as exc:
+        if joined:  # the learner knows us: it logs a departure, not a peer lost
+            _say_goodbye(sock, f"interrupted ({_signal_name(exc)})")
+        raise
     finally:
         sock.disable_monitor()
         monitor.close()
@@ -223,6 +232,19 @@ def _answer_early(sock, msg) -> str:
     raise ProtocolError(f"unexpected {type(msg).__name__} before the first step report")
 
 
+def _say_goodbye(sock, reason: str) -> None:
+    """Send a goodbye, then stay connected for up to GOODBYE_GRACE_S, dropping what arrives: actions the
+    learner sent before it read the goodbye must find us there, or it logs a peer lost ('unreachable')."""
+    try:
+        sock.send_multipart(m.encode(m.Goodbye(reason)), flags=zmq.NOBLOCK)
+    except zmq.ZMQError:
+        return  # its queue is full or the learner is gone: nobody to tell
+    deadline = time.monotonic() + GOODBYE_GRACE_S
+    while (left := deadline - time.monotonic()) > 0:
+        if sock.poll(int(left * 1000) + 1):
+            sock.recv_multipart()
+
+
 def _serve(sock, monitor, groups: list[EnvGroup], expect: m.Expect, opts: ActorOptions) -> str:
     """Step on every Actions message until goodbye. Every report owed has been sent whenever this
     waits, so a learner silent past learner_timeout_s is stalled or gone, never merely waiting on us."""
@@ -269,17 +291,23 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
             raise LearnerGone(msg.reason) if msg.rejoin else Refused(msg.reason)
         if isinstance(msg, m.Redirect):
             raise Redirected(msg.address, msg.reason)
-    raise LearnerGone(f"no answer from {opts.learner} within {opts.welcome_timeout_s:g}s")
+    raise LearnerGone(f"no answer from {sock.getsockopt_string(zmq.LAST_ENDPOINT) or opts.learner} within "
+                      f"{opts.welcome_timeout_s:g}s")
 
 
 def run(opts: ActorOptions, on_refused=None) -> int:
     """Join, and rejoin with backoff while reconnect_s allows; rejoin at once when retired.
 
-    Exit code: 0 on goodbye, EXIT_REFUSED when refused (after on_refused(reason), if given), 1 when the
-    learner is gone."""
+    An actor that never heard from a learner gives up after one welcome_timeout_s (nothing is there to
+    rejoin); reconnect_s is for a learner that answered once and went away.
+
+    Exit code: 0 on goodbye or Ctrl-C, EXIT_REFUSED when refused (after on_refused(reason), if given), 1 when
+    the learner is gone or never answered."""
     ctx = zmq.Context()
     envs = ActorEnvs()  # built once, kept across rejoins
-    backoff, gone_since, address = 0.5, None, None
+    backoff, gone_since, address, answered = 0.5, None, None, False
+    log.info("actor %s: connecting to %s (giving up if no learner answers within %gs)", opts.name, opts.learner,
+             opts.welcome_timeout_s)
     try:
         while True:
             joined = []
@@ -298,12 +326,16 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 continue
             except Redirected as exc:  # once: if that rank goes away, rank 0 decides again
                 log.info("actor %s %s", opts.name, exc)
-                address = exc.address
+                address, answered = exc.address, True
                 continue
             except (LearnerGone, ProtocolError) as exc:
                 address = None  # back to the address the user named
                 if joined:  # a session that worked restarts the reconnection clock
-                    backoff, gone_since = 0.5, None
+                    backoff, gone_since, answered = 0.5, None, True
+                if not answered:
+                    log.error("actor %s: %s: is a learner running there? (a local run's address is in "
+                              "RUN_DIR/endpoints.json); exiting", opts.name, exc)
+                    return 1
                 gone_since = gone_since or time.monotonic()
                 if time.monotonic() - gone_since > opts.reconnect_s or not _parent_alive(opts.parent_pid):
                     log.error("actor %s: %s; exiting", opts.name, exc)
@@ -311,6 +343,9 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 log.warning("actor %s: %s; reconnecting in %.1fs", opts.name, exc, backoff)
                 time.sleep(backoff)  # backoff between reconnection attempts, not synchronization
                 backoff = min(backoff * 2, 10.0)
+    except KeyboardInterrupt as exc:
+        log.info("actor %s: interrupted (%s); leaving", opts.name, _signal_name(exc))
+        return 0
     finally:
         envs.close()
         ctx.term()

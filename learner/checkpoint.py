@@ -122,3 +122,25 @@ def best_score(run_dir: Path) -> float | None:
 
 def load(path: Path, device: str | torch.device = "cpu") -> dict:
     return torch.load(path, map_location=device, weights_only=True)
+
+
+def load_newest(run_dir: Path, device: str | torch.device = "cpu") -> tuple[Path | None, dict | None, list]:
+    """The newest checkpoint that loads, its content, and the newer ones that did not load as
+    [(path, reason in one line)], newest first. (None, None, skipped) when none loads (or there is none).
+
+    A file cut short (a full disk, a copy interrupted) or otherwise damaged must not end a resume: the one
+    before it is at most run.checkpoint_every updates older."""
+    skipped = []
+    for path in reversed(list_checkpoints(Path(run_dir) / "checkpoints")):
+        try:
+            return path, load(path, device), skipped
+        except Exception as exc:  # torch raises RuntimeError, OSError, EOFError, UnpicklingError ... for one cause
+            skipped.append((path, first_line(exc)))
+    return None, None, skipped
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """torch's load errors run to many lines of advice: the first line says what is wrong."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."

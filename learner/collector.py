@@ -58,6 +58,18 @@ class EpisodeStats:
         new, self.new = self.new, []
         return new
 
+    def state_dict(self) -> dict:
+        """The last-100 window and the count, for a checkpoint (plain types: torch.load(weights_only=True))."""
+        return {"returns": [float(r) for r in self.returns], "lengths": [int(n) for n in self.lengths],
+                "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.returns.clear()
+        self.lengths.clear()
+        self.returns.extend(float(r) for r in state["returns"])
+        self.lengths.extend(int(n) for n in state["lengths"])
+        self.count, self.new = int(state["count"]), []
+
 
 class Collector:
     def __init__(self, gateway: Gateway, policy: Policy, num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
@@ -145,9 +157,12 @@ class Collector:
                               f"(cluster.startup_timeout_s): {self._waiting_on(need)}")
             if now - said >= self.actor_timeout_s:
                 said = now
-                log.warning("waiting for actors to start the %s rollout: %s",
-                            "first" if self.rollouts == 0 else "next", self._waiting_on(need))
+                log.warning("%s", self._waiting_line(need))
         return True
+
+    def _waiting_line(self, need: int) -> str:
+        return (f"waiting for actors to start the {'first' if self.rollouts == 0 else 'next'} rollout: "
+                f"{self._waiting_on(need)}; to add one: {self.gateway.join_command(need - self.parked_slots())}")
 
     def _waiting_on(self, need: int) -> str:
         retired = self.gateway.retired

@@ -58,9 +58,9 @@ class ClusterConfig:
     """env groups per actor launch.py starts (--groups): 2 steps one half while the other waits for actions"""
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
-    address: str = "tcp://127.0.0.1:5555"
-    """where the learner binds its request socket (tcp:// or ipc://); port 0 picks a free one"""
-    weights_address: str = "tcp://127.0.0.1:5556"
+    address: str = "tcp://127.0.0.1:0"
+    """where the learner binds its request socket (tcp:// or ipc://); port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); fix one for actors that join from elsewhere"""
+    weights_address: str = "tcp://127.0.0.1:0"
     """where the learner publishes weights; port 0 picks a free one"""
     min_envs: int = 0
     """env slots the learner waits for before the first rollout only (0: actors x envs_per_actor)"""

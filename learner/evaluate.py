@@ -6,9 +6,10 @@
 
 Atari games are played whole (one episode is one game over all lives, until game over or the time limit)
 and scored by the raw game score; other tasks by their own episodes. A lost life is handled as in training:
-with the run's episodic life and FIRE reset, FIRE is pressed after each lost life just as training pressed it. The reusable pieces (load_policy, eval_settings,
-play_episodes, VideoWriter, broadcast_state/load_broadcast) also serve the eval worker during training.
+with the run's episodic life and FIRE reset, FIRE is pressed after each lost life just as training pressed it.
 """
+# The reusable pieces (load_policy, eval_settings, play_episodes, VideoWriter, broadcast_state/load_broadcast)
+# also serve the eval worker during training.
 from __future__ import annotations
 
 import argparse
@@ -253,12 +254,18 @@ def load_broadcast(model: torch.nn.Module, obs_norm: torch.nn.Module | None, ten
         raise ValueError(f"weights message lacks {missing[:4]}")
     for key, t in state.items():
         if key in tensors:
-            t.copy_(torch.from_numpy(np.asarray(tensors[key])).reshape(t.shape))
+            t.copy_(_tensor(tensors[key]).reshape(t.shape))
     if obs_norm is not None:
         for key, t in obs_norm.state_dict().items():
             arr = tensors.get(f"obs_norm.{key}")
             if arr is not None:
-                t.copy_(torch.from_numpy(np.asarray(arr)).reshape(t.shape))
+                t.copy_(_tensor(arr).reshape(t.shape))
+
+
+def _tensor(arr) -> torch.Tensor:
+    """A received array is a read-only view of the message's frame: copy it (torch.from_numpy warns on
+    a read-only array, and writing through the shared view would be undefined)."""
+    return torch.tensor(np.asarray(arr))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ raises on peer input.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -44,6 +45,15 @@ class Incoming:
     msg: object
 
 
+def join_command(endpoint: str, num_envs: int, curved: bool = False) -> str:
+    """`python -m actor --learner ADDRESS --envs K` for the address bound (a wildcard host becomes this
+    host's name), with the key options when the learner requires CURVE keys."""
+    for wildcard in ("://*:", "://0.0.0.0:", "://[::]:"):
+        endpoint = endpoint.replace(wildcard, f"://{socket.gethostname()}:")
+    keys = " --server-key LEARNER.key --key YOUR.key_secret" if curved else ""
+    return f"python -m actor --learner {endpoint} --envs {max(num_envs, 1)}{keys}"
+
+
 class Gateway:
     def __init__(self, ctx: zmq.Context, address: str, settings: EnvSettings, obs_space: SpaceSpec,
                  action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
@@ -55,6 +65,7 @@ class Gateway:
         self.settings, self.obs_space, self.action_space = settings, obs_space, action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
         self.rejected = 0
+        self.curved = curve is not None
         self.events: list[str] = []
         self.retired: OrderedDict[bytes, str] = OrderedDict()  # identity -> why it was retired (bounded)
 
@@ -62,6 +73,10 @@ class Gateway:
         for entry in list(self.registry.by_identity.values()):
             self._send(entry.identity, m.Goodbye("learner shutting down"))
         self.sock.close(linger=1000)  # let the goodbyes leave before the connection drops
+
+    def join_command(self, num_envs: int) -> str:
+        """The command that joins an actor with num_envs envs here, for the lines that wait for actors."""
+        return join_command(self.endpoint, num_envs, self.curved)
 
     def poll(self, timeout_ms: int) -> list[Incoming]:
         """Everything that has arrived (waiting up to timeout_ms for the first message)."""

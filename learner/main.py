@@ -119,15 +119,15 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
     try:
         learner = Learner(cfg, run_dir, resume)
     except StartupError as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the level already says ERROR
         return 2
     except RanksLost as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the level already says ERROR
         return 1
     try:
         learner.train()
     except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the level already says ERROR
         return 1
     finally:
         learner.close()
@@ -175,6 +175,7 @@ class Learner:
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
         self.updater = PPOUpdater(model, p, device, ranks, self.value_norm)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
+        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
         if resume and ranks.main:
             self._resume()
         self._sync_from_rank0()
@@ -193,7 +194,6 @@ class Learner:
         self.collector.flow_through = r.collect_only and not r.deterministic  # no update: no weights to wait for
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
-        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
         self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
         if ranks.main:
             self.metrics = MetricsWriter(run_dir, cfg)
@@ -256,26 +256,36 @@ class Learner:
         self.updater.beta, self.updater.lr = float(numbers[-2]), float(numbers[-1])
 
     def _resume(self) -> None:
-        path = checkpoint.latest(self.run_dir)
+        """Continue from the newest checkpoint that loads (newer ones that do not are skipped, one line each)."""
+        path, saved, skipped = checkpoint.load_newest(self.run_dir, self.device)
+        for bad, why in skipped:
+            log.warning("skipped %s: it does not load (%s)", bad.name, why)
+        if path is None and skipped:
+            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} loads "
+                               f"({len(skipped)} tried; the newest, {skipped[0][0].name}: {skipped[0][1]})")
         if path is None:
             log.info("no checkpoint in %s: starting from scratch", self.run_dir)
         else:
-            with starting(f"cannot load {path}"):
-                saved = checkpoint.load(path, self.device)
-            self.model.load_state_dict(saved["model"])
-            self.updater.load_state_dict(saved["updater"])
-            if self.obs_norm is not None:
-                self.obs_norm.load_state_dict(saved["obs_norm"])
-            if self.reward_scaler is not None:
-                self.reward_scaler.load_state_dict(saved["reward_scaler"])
-            if self.value_norm is not None:
-                self._load_value_norm(saved.get("value_norm") or {})
-            self.state = {k: saved[k] for k in self.state}
-            log.info("resumed from %s at update %d (%d env steps)", path.name, self.state["update"],
-                     self.state["env_steps"])
+            with starting(f"cannot resume from {path}"):
+                self._restore(saved)
+            log.info("resumed from %s at update %d (%d env steps, %d episodes)", path.name, self.state["update"],
+                     self.state["env_steps"], self.episodes.count)
         for name in ("metrics.jsonl", "episodes.jsonl"):
             if dropped := drop_rows_after(self.run_dir / name, self.state["update"]):
                 log.info("%s: %d rows past update %d moved to %s.dropped", name, dropped, self.state["update"], name)
+
+    def _restore(self, saved: dict) -> None:
+        self.model.load_state_dict(saved["model"])
+        self.updater.load_state_dict(saved["updater"])
+        if self.obs_norm is not None:
+            self.obs_norm.load_state_dict(saved["obs_norm"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(saved["reward_scaler"])
+        if self.value_norm is not None:
+            self._load_value_norm(saved.get("value_norm") or {})
+        self.state = {k: saved[k] for k in self.state}
+        if "episodes" in saved:  # the last-100 window and the count (checkpoints before issue 25 lack them)
+            self.episodes.load_state_dict(saved["episodes"])
 
     def _load_value_norm(self, state: dict) -> None:
         if not state:  # a checkpoint of a run without normalize.value: its critic speaks raw returns
@@ -315,7 +325,8 @@ class Learner:
                 self._finish(job)
         if in_flight is not None:
             self._finish(in_flight)
-        if self.last_saved != state["update"] or not checkpoint.latest(self.run_dir):
+        # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
+        if state["update"] > 0 and (self.last_saved != state["update"] or not checkpoint.latest(self.run_dir)):
             if path := self._save_checkpoint(state["update"], state["env_steps"]):
                 log.info("final checkpoint %s", path)
         log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
@@ -342,7 +353,11 @@ class Learner:
     def _note_idle(self) -> None:
         if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
             self.idle_said = time.monotonic()
-            log.warning("waiting for actors: no learner rank has a live env slot")
+            if self.ranks.distributed:
+                log.warning("waiting for actors: no learner rank has a live env slot")
+            else:
+                log.warning("waiting for actors: every actor has left; to add one: %s",
+                            self.gateway.join_command(self.width))
 
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
@@ -414,6 +429,7 @@ class Learner:
             return None
         payload = {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
                    "config": self.cfg.to_dict(), **self.state, "update": update, "env_steps": env_steps,
+                   "episodes": self.episodes.state_dict(),
                    "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
                    "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {},
                    "value_norm": self.value_norm.state_dict() if self.value_norm else {}}

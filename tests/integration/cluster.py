@@ -95,3 +95,23 @@ def run_pids(run_dir: Path) -> list[int]:
 def assert_no_stragglers(run_dir: Path, timeout: float = 10) -> None:
     pids = run_pids(run_dir)
     wait_for(lambda: not any(alive(p) for p in pids), timeout, f"processes {pids} to exit")
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session `sid`: launch() starts launch.py as a session leader, so this is
+    every process of that run, whether or not processes.json named it yet."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
+            found.append(int(entry.name))
+    return found
+
+
+def assert_session_gone(sid: int, timeout: float = 10) -> None:
+    wait_for(lambda: not session_pids(sid), timeout, f"every process of session {sid} to exit")

@@ -1,8 +1,10 @@
 """The README's promise, end to end: real actor processes, a real learner, real sockets."""
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -10,8 +12,8 @@ import time
 import pytest
 import torch
 
-from tests.integration.cluster import (ROOT, assert_no_stragglers, kill_group, launch, metrics, run_launch,
-                                      wait_for)
+from tests.integration.cluster import (ROOT, assert_no_stragglers, assert_session_gone, kill_group, launch, metrics,
+                                      run_launch, stop, wait_for)
 from learner.metrics import FIELDS
 
 pytestmark = pytest.mark.integration
@@ -101,14 +103,75 @@ def test_help_lists_every_option_and_config_key():
 @pytest.mark.parametrize("env_id, needle", [("Blackjack-v1", "unsupported space Tuple"),
                                             ("ALE/NoSuchGame-v5", "NoSuchGame")])
 def test_unusable_env_is_one_error_line_and_exit_2(tmp_path, env_id, needle):
+    """One line, not `ERROR error: ...`; and a start-up that failed leaves no run directory behind."""
     run_dir = tmp_path / "env"
-    result = run_launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--set", f"env.env_id={env_id}",
-                        timeout=90)
+    proc = launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--set", f"env.env_id={env_id}")
+    try:
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 2, out[-2000:]
+    errors = [line for line in out.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and needle in errors[0], out[-2000:]
+    assert "error:" not in errors[0], errors[0]
+    assert "Traceback" not in out
+    assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
+    assert_session_gone(proc.pid)
+
+
+def test_a_busy_port_fails_start_up_and_leaves_no_run_directory(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"tcp://127.0.0.1:{busy.getsockname()[1]}"
+        run_dir = tmp_path / "busy"
+        result = run_launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir),
+                            "--set", f"cluster.address='{address}'", timeout=90)
     assert result.returncode == 2, result.stdout[-2000:]
     errors = [line for line in result.stdout.splitlines() if "ERROR" in line]
-    assert len(errors) == 1 and needle in errors[0], result.stdout[-2000:]
-    assert "Traceback" not in result.stdout
-    assert_no_stragglers(run_dir)
+    assert len(errors) == 1 and f"cannot bind {address}" in errors[0] and "error:" not in errors[0], result.stdout
+    assert not run_dir.exists()
+    kept = tmp_path / "kept"  # a directory that was there before is left, with what it held
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        result = run_launch("--config", "configs/smoke.toml", "--run-dir", str(kept),
+                            "--set", f"cluster.address='tcp://127.0.0.1:{busy.getsockname()[1]}'", timeout=90)
+    assert result.returncode == 2 and (kept / "notes.txt").read_text() == "mine"
+
+
+def test_an_existing_run_directory_is_refused_without_resume(tmp_path):
+    run_dir = tmp_path / "cp"
+    first = run_launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), timeout=120)
+    assert first.returncode == 0, first.stdout[-2000:]
+    before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    again = run_launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), timeout=60)
+    assert again.returncode == 2
+    lines = [line for line in again.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"--resume {run_dir}" in lines[0], lines
+    assert f"--run-dir {run_dir}-2" in lines[0], lines
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before, "nothing may be written"
+
+
+def test_two_default_config_runs_at_once_both_train(tmp_path):
+    """configs/breakout.toml binds free ports: two runs side by side (two seeds, say) do not collide."""
+    tiny = ("--actors", "1", "--envs-per-actor", "2", "--total-steps", "64", "--device", "cpu",
+            "--set", "ppo.num_steps=16", "--set", "ppo.update_epochs=1", "--set", "ppo.num_minibatches=1",
+            "--set", "run.torch_threads=1")
+    dirs = [tmp_path / "seed1", tmp_path / "seed2"]
+    procs = [launch("--run-dir", str(d), "--seed", str(i + 1), *tiny) for i, d in enumerate(dirs)]
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            kill_group(p)
+    for proc, out, run_dir in zip(procs, outs, dirs):
+        assert proc.returncode == 0, out[-3000:]
+        assert len(metrics(run_dir)) >= 2, out[-3000:]
+    addresses = [json.loads((d / "endpoints.json").read_text())["address"] for d in dirs]
+    assert addresses[0] != addresses[1] and not any(a.endswith((":5555", ":5556")) for a in addresses), addresses
 
 
 def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path):
@@ -134,3 +197,30 @@ def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path
     assert "restarting actor" not in out
     assert proc.returncode == 0, out[-3000:]
     assert_no_stragglers(run_dir)
+
+
+def test_processes_are_named_in_ps(tmp_path):
+    """ps and top tell the run's processes apart (issue 25, item 11): `ppo-cluster learner`, `ppo-cluster
+    actor-1`, `ppo-cluster eval`, not `python -c from multiprocessing.spawn import spawn_main ...`."""
+    pytest.importorskip("setproctitle")
+    run_dir = tmp_path / "named"
+    proc = launch("--config", "configs/smoke.toml", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                  "--set", "eval.every=1")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        info = json.loads((run_dir / "processes.json").read_text())
+        wait_for(lambda: info.get("evaluator") or json.loads((run_dir / "processes.json").read_text()).get("evaluator"),
+                 30, "the evaluator", proc)
+        info = json.loads((run_dir / "processes.json").read_text())
+        expected = {info["learner"]: "ppo-cluster learner", info["actors"]["0"]: "ppo-cluster actor-0",
+                    info["actors"]["1"]: "ppo-cluster actor-1", info["evaluator"]: "ppo-cluster eval"}
+        # each sets its title first thing in its process function: wait for that, boundedly
+        titles = wait_for(lambda: (t := {pid: cmdline(pid) for pid in expected}) == expected and t, 60,
+                          "every process named", proc)
+    finally:
+        stop(proc)
+    assert titles == expected
+
+
+def cmdline(pid: int) -> str:
+    return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()

@@ -89,3 +89,38 @@ def test_resume_restores_optimizer_schedule_normalizers_and_clock(tmp_path):
             previous = saved["env_steps"]
         assert row["learning_rate"] == pytest.approx(expected_lr(previous), rel=1e-6), row["update"]
         previous = row["env_steps"]
+
+
+def test_resume_keeps_the_episode_statistics_and_skips_a_truncated_checkpoint(tmp_path):
+    """Issue 25, items 3 and 4: the last-100 window and the episode count go on across a resume, and a
+    newest checkpoint cut short is skipped (one log line saying why) for the one before it."""
+    run_dir = tmp_path / "episodes"
+    args = ("--actors", "1", "--envs-per-actor", "4", "--total-steps", "10000000",
+            "--set", "run.checkpoint_every=1", "--set", "log.keep_checkpoints=1000")
+    proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), *args)
+    try:
+        wait_for(lambda: any(r["episodes"] >= 120 for r in metrics(run_dir)), 120, "120 episodes", proc)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+    c = max(checkpoints(run_dir))
+    newest = checkpoints(run_dir)[c]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    before = {r["update"]: r for r in metrics(run_dir)}
+
+    proc = launch("--resume", str(run_dir), *args)
+    try:
+        wait_for(lambda: any(r["update"] == c + 1 for r in metrics(run_dir)), 90, f"update {c + 1} after the resume",
+                 proc)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+    skips = [line for line in (run_dir / "learner.log").read_text().splitlines() if "skipped" in line]
+    assert len(skips) == 1 and f"ckpt_{c:08d}.pt: it does not load" in skips[0], skips
+    first = next(r for r in metrics(run_dir) if r["update"] == c)  # again, from checkpoint c - 1
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    new = [e for e in episodes if e["update"] == c]  # often none: fresh envs, and CartPole's games are long by now
+    assert before[c - 1]["episodes"] >= 100 and first["episodes"] == before[c - 1]["episodes"] + len(new)
+    window = [e["return"] for e in episodes if e["update"] <= c][-100:]
+    assert first["episode_return_mean"] is not None
+    assert first["episode_return_mean"] == pytest.approx(sum(window) / len(window))

@@ -74,3 +74,26 @@ def test_a_start_up_that_cannot_complete_ends_in_one_line_naming_what_it_waited_
     assert len(lines) == 1, (run_dir / "learner.log").read_text()[-3000:]
     assert "within 5s (cluster.startup_timeout_s): 2 env slots ready, 64 needed; 1 connected: actor-0 (2 envs): ready" \
         in lines[0], lines[0]
+
+
+def test_sigterm_to_actors_and_to_the_whole_group_logs_departures_not_lost_peers(tmp_path):
+    """A job's time limit or a terminal SIGTERMs every process at once: each actor says goodbye first, so
+    the learner logs departures, never 'unreachable'; an actor SIGTERMed alone leaves and is not restarted."""
+    run_dir = tmp_path / "sigterm"
+    proc = launch("--config", "configs/smoke.toml", "--total-steps", "100000000", "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 90, "two updates", proc)
+        victim = json.loads((run_dir / "processes.json").read_text())["actors"]["0"]
+        os.kill(victim, signal.SIGTERM)
+        wait_for(lambda: log_count(run_dir, "actor-0 left: said goodbye: interrupted (SIGTERM)"), 30,
+                 "actor-0's goodbye", proc)
+        rows = len(metrics(run_dir))
+        wait_for(lambda: len(metrics(run_dir)) >= rows + 2, 60, "two more updates with the other actor", proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, out[-3000:]
+    log = (run_dir / "learner.log").read_text()
+    assert "unreachable" not in log and "restarting actor-0" not in out, log[-3000:]
+    assert log_count(run_dir, "actor-1 left: said goodbye: interrupted (SIGTERM)") <= 1

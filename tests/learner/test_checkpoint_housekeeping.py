@@ -6,6 +6,7 @@ import os
 import torch
 
 from learner import checkpoint
+from learner.collector import EpisodeStats
 
 
 def _state(update: int) -> dict:
@@ -69,3 +70,38 @@ def test_best_survives_pruning_of_its_source(tmp_path):
         checkpoint.save(tmp_path, update, _state(update), keep=1, score=0.0)
     assert not (tmp_path / "checkpoints" / "ckpt_00000001.pt").exists()
     assert checkpoint.load(checkpoint.best(tmp_path))["update"] == 1
+
+
+def test_load_newest_skips_damaged_checkpoints_saying_why_in_one_line(tmp_path):
+    for update in (1, 2, 3, 4):
+        checkpoint.save(tmp_path, update, _state(update), keep=10)
+    ckpts = tmp_path / "checkpoints"
+    newest = ckpts / "ckpt_00000004.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # cut short (a full disk)
+    (ckpts / "ckpt_00000003.pt").write_bytes(b"not a checkpoint at all")
+    path, state, skipped = checkpoint.load_newest(tmp_path)
+    assert path.name == "ckpt_00000002.pt" and state["update"] == 2
+    assert [p.name for p, _ in skipped] == ["ckpt_00000004.pt", "ckpt_00000003.pt"]
+    for _, why in skipped:
+        assert why and "\n" not in why and len(why) <= 200, why
+
+
+def test_load_newest_of_nothing_that_loads(tmp_path):
+    assert checkpoint.load_newest(tmp_path) == (None, None, [])
+    checkpoint.save(tmp_path, 1, _state(1), keep=10)
+    (tmp_path / "checkpoints" / "ckpt_00000001.pt").write_bytes(b"")
+    path, state, skipped = checkpoint.load_newest(tmp_path)
+    assert path is None and state is None and [p.name for p, _ in skipped] == ["ckpt_00000001.pt"]
+
+
+def test_episode_stats_survive_a_checkpoint(tmp_path):
+    stats = EpisodeStats()
+    for i in range(130):
+        stats.add(float(i), i + 1)
+    checkpoint.save(tmp_path, 1, {"episodes": stats.state_dict()}, keep=1)
+    again = EpisodeStats()
+    again.load_state_dict(checkpoint.load(checkpoint.latest(tmp_path))["episodes"])  # weights_only=True
+    assert again.count == 130 and list(again.returns) == [float(i) for i in range(30, 130)]
+    assert list(again.lengths) == list(range(31, 131)) and again.take_new() == []
+    again.add(1000.0, 5)
+    assert again.count == 131 and len(again.returns) == 100 and again.returns[-1] == 1000.0

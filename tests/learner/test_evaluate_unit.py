@@ -1,6 +1,9 @@
 """The reusable evaluation pieces without a training run: settings, episodes, weight broadcasts, scheduling."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +19,7 @@ from learner.weights import state_arrays
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
+from tests.integration.cluster import ROOT
 
 
 def test_eval_settings_keep_the_training_recipe():
@@ -68,3 +72,34 @@ def test_due_tolerates_skipped_versions():
     assert not _due(9, 5, 7) and _due(10, 5, 7) and _due(13, 5, 7)
     assert not _due(100, 0, 0)  # 0: never
     assert _due(1, 1, 0) and _due(2, 1, 1) and not _due(2, 1, 2)
+
+
+READ_ONLY_BROADCAST = """
+import torch
+from learner.config import ModelConfig
+from learner.evaluate import broadcast_state, load_broadcast
+from learner.model import build_model
+from learner.normalize import ObsNormalizer
+from learner.weights import state_arrays
+from protocol.spaces import SpaceSpec
+obs = SpaceSpec(kind="box", shape=(3,), dtype="float32", low=[-1.0] * 3, high=[1.0] * 3)
+act = SpaceSpec(kind="discrete", n=2)
+model, norm = build_model(obs, act, ModelConfig()), ObsNormalizer((3,))
+tensors = {k: v.copy() for k, v in state_arrays(broadcast_state(model, norm)).items()}
+for arr in tensors.values():
+    arr.setflags(write=False)
+model2, norm2 = build_model(obs, act, ModelConfig()), ObsNormalizer((3,))
+load_broadcast(model2, norm2, tensors)
+assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
+print("loaded")
+"""
+
+
+def test_load_broadcast_takes_read_only_arrays_without_a_warning():
+    """A Weights message's arrays are read-only views of the received frames (issue 25, item 10): torch's
+    'The given NumPy array is not writable' warning reached the eval worker's console on every run. In a
+    fresh process, since torch gives that warning once per process."""
+    result = subprocess.run([sys.executable, "-W", "error", "-c", READ_ONLY_BROADCAST], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout == "loaded\n", result.stderr[-2000:]
+    assert "not writable" not in result.stderr

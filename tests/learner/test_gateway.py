@@ -297,3 +297,12 @@ def test_strike_and_ban_tables_stay_bounded_under_churn():
             registry.strike(i.to_bytes(4, "big"))
     assert len(registry.strikes) <= MAX_TRACKED_PEERS and len(registry.bans) <= MAX_TRACKED_PEERS
     assert registry.is_banned((3 * MAX_TRACKED_PEERS - 1).to_bytes(4, "big")), "the newest ban is kept"
+
+
+def test_join_command_names_a_reachable_address_and_the_keys_when_needed():
+    import socket as _socket
+    from learner.gateway import join_command
+    assert join_command("tcp://127.0.0.1:41234", 3) == "python -m actor --learner tcp://127.0.0.1:41234 --envs 3"
+    host = _socket.gethostname()
+    assert join_command("tcp://0.0.0.0:5555", 0) == f"python -m actor --learner tcp://{host}:5555 --envs 1"
+    assert join_command("tcp://*:5555", 2, curved=True).endswith("--envs 2 --server-key LEARNER.key --key YOUR.key_secret")

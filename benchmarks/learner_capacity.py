@@ -1,0 +1,234 @@
+"""Learner capacity: how many env steps per second one learner process takes, with no emulator in the way.
+
+    python benchmarks/learner_capacity.py                         # 8, 16, 32 envs per message, random policy
+    python benchmarks/learner_capacity.py --policy network        # the CNN too (on CPU it dominates)
+    python benchmarks/learner_capacity.py --other /tmp/main-before  # the same load on another checkout, interleaved
+
+Synthetic actors (processes of this script) hand-shake with a real learner (`launch.py --actors 0
+--collect-only`) over the real protocol and sockets, then answer every Actions message at once with a step
+report replayed from frames recorded from the real env (one env is built per actor, only to record them).
+An actor's cost per message is a receive, a decode and a send of pre-encoded frames, so even on 2 cores the
+learner is the bottleneck. Per row it prints the learner's agent steps/s (from metrics.jsonl) and the
+learner process's CPU microseconds per env step (utime + stime from /proc over the measured window).
+
+`--other PATH` runs every row a second time against the checkout at PATH (e.g. `git worktree add
+/tmp/main-before <commit>`), right after this checkout's, so before and after are measured side by side
+on the same machine state. The synthetic actors always speak this checkout's protocol (version 1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+for _path in (REPO, HERE):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
+
+RECORDED_REPORTS = 8  # distinct step reports each synthetic group cycles through
+
+
+# ----------------------------------------------------------------------------------------------- actors
+
+def _record(settings_dict: dict, k: int, count: int, seed: int):
+    """count observation batches of k envs, stepped from the real env with random actions."""
+    import numpy as np
+    from actor.envs import make_env
+    from protocol.settings import EnvSettings
+    env = make_env(EnvSettings.from_dict(settings_dict), seed)
+    obs, _ = env.reset()
+    frames = []
+    for _ in range(count * k):
+        obs, _, term, trunc, _ = env.step(env.action_space.sample())
+        frames.append(obs)
+        if term or trunc:
+            obs, _ = env.reset()
+    env.close()
+    return [np.stack(frames[i * k:(i + 1) * k]) for i in range(count)]
+
+
+def _encoded_reports(settings_dict: dict, k: int, group: int, seed: int) -> list[list]:
+    import numpy as np
+    from protocol import messages as m
+    batches = _record(settings_dict, k, RECORDED_REPORTS, seed)
+    zeros, flags = np.zeros(k, np.float32), np.zeros(k, bool)
+    return [[bytes(f) for f in m.encode(m.StepReport(group, obs, zeros, flags, flags))] for obs in batches]
+
+
+def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent: int) -> None:
+    """Join, then answer every Actions message with the next recorded report, until goodbye."""
+    import zmq
+    from protocol import messages as m
+    from protocol.transport import connect_dealer, recv_frames
+    ctx = zmq.Context()
+    sock = connect_dealer(ctx, address, 64 << 20)
+    sock.send_multipart(m.encode(m.Handshake(num_envs, name, groups=groups)))
+    welcome = None
+    while welcome is None:
+        frames = recv_frames(sock, 1000)
+        if os.getppid() != parent:
+            return
+        if frames is not None:
+            welcome = m.decode(frames)
+    if not isinstance(welcome, m.Welcome):
+        raise SystemExit(f"{name}: no welcome: {welcome}")
+    k = num_envs // groups
+    reports = [_encoded_reports(welcome.env, k, g, 7919 * g + hash(name) % 1000) for g in range(groups)]
+    first = [m.encode(m.StepReport(g, m.decode(reports[g][0]).obs, *_zeros_like(k), first=True)) for g in range(groups)]
+    for frames in first:
+        sock.send_multipart(frames)
+    turn = [0] * groups
+    while True:
+        if not sock.poll(1000):
+            if os.getppid() != parent:
+                return
+            continue
+        msg = m.decode(sock.recv_multipart(copy=False))
+        if not isinstance(msg, m.Actions):
+            return  # Goodbye or Error: the run is over
+        g = msg.group
+        sock.send_multipart(reports[g][turn[g] % RECORDED_REPORTS], copy=False)
+        turn[g] += 1
+
+
+def _zeros_like(k: int):
+    import numpy as np
+    return np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool)
+
+
+# ----------------------------------------------------------------------------------------------- one row
+
+def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, label: str) -> dict:
+    groups, actors = 2, args.actors
+    num_envs = per_message * groups
+    run_dir = tmp / f"{label}-{policy}-{per_message}"
+    cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", "cpu",
+           "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
+           "--set", 'cluster.address="tcp://127.0.0.1:0"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
+           "--set", f"cluster.min_envs={actors * num_envs}", "--set", f"run.torch_threads={args.torch_threads}"]
+    if policy == "random":
+        cmd.append("--random-policy")
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    log = open(run_dir.with_suffix(".log"), "w")
+    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ctx = mp.get_context("spawn")
+    workers = []
+    try:
+        endpoints = _wait_for(lambda: _json(run_dir / "endpoints.json"), 120, "the learner's endpoints", proc, run_dir)
+        for i in range(actors):
+            w = ctx.Process(target=synthetic_actor, args=(endpoints["address"], num_envs, groups, f"synthetic-{i}",
+                                                          os.getpid()), daemon=True)
+            w.start()
+            workers.append(w)
+        metrics = run_dir / "metrics.jsonl"
+        _wait_for(lambda: len(read_metrics(metrics)) >= 2, args.row_timeout, "two rollouts", proc, run_dir)
+        pid = int(endpoints["pid"])
+        a = read_metrics(metrics)[-1], proc_stat(pid)[4]
+        time.sleep(args.seconds)  # the measured window
+        b = read_metrics(metrics)[-1], proc_stat(pid)[4]
+    finally:
+        terminate(proc, 30)
+        kill_group(proc.pid)
+        for w in workers:
+            w.join(5)
+            if w.is_alive():
+                w.kill()
+        log.close()
+    steps = b[0]["env_steps"] - a[0]["env_steps"]
+    seconds = b[0]["elapsed_s"] - a[0]["elapsed_s"]
+    if steps <= 0 or seconds <= 0:
+        raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
+    cpu_s = (b[1] - a[1]) / TICKS
+    return {"checkout": label, "policy": policy, "envs_per_message": per_message, "sps": steps / seconds,
+            "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
+            "env_steps": steps}
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_for(predicate, timeout: float, what: str, proc, run_dir: Path):
+    deadline = time.monotonic() + timeout
+    while (value := predicate()) in (None, False):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"no {what} within {timeout:g}s (launch.py exit {proc.poll()}); the learner's log:\n"
+                               + tail(run_dir / "learner.log", n=10, missing="(no learner.log)"))
+        time.sleep(0.2)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="configs/breakout.toml", help="learner config (default: %(default)s)")
+    p.add_argument("--envs-per-message", default="8,16,32", help="comma-separated (default: %(default)s)")
+    p.add_argument("--policy", default="random", help="random, network, or both as random,network")
+    p.add_argument("--actors", type=int, default=2, help="synthetic actor processes, 2 groups each (default: 2)")
+    p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds; rows report the median (default: %(default)s)")
+    p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
+    p.add_argument("--row-timeout", type=float, default=120.0, help="a row without two rollouts by then fails")
+    p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
+    p.add_argument("--out", default=None, help="JSON output (default: none)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    sizes = [int(x) for x in args.envs_per_message.split(",")]
+    policies = [x.strip() for x in args.policy.split(",")]
+    checkouts = [("this", REPO)] + ([("other", Path(args.other).resolve())] if args.other else [])
+    tmp = Path(tempfile.mkdtemp(prefix="ppo-capacity-"))
+    runs: dict[tuple, list[dict]] = {}
+    print(f"learner capacity: {args.actors} synthetic actors x 2 groups, {args.seconds:g}s per row, "
+          f"{args.repeat} round(s); checkouts: " + ", ".join(f"{n}={p}" for n, p in checkouts), flush=True)
+    for _ in range(args.repeat):
+        for policy in policies:
+            for size in sizes:
+                for label, path in checkouts:
+                    row = run_row(path, size, policy, args, tmp, label)
+                    runs.setdefault((policy, size, label), []).append(row)
+                    print(f"  {label:<6} {policy:<8} {size:>3} envs/message  {row['sps']:>9,.0f} steps/s  "
+                          f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
+                          f"({row['learner_cores']:.2f} cores)", flush=True)
+    print("\n| policy | envs per message | " + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)
+          + (" | this / other |" if args.other else " |"))
+    print("|---|---:|" + "---:|---:|" * len(checkouts) + ("---:|" if args.other else ""))
+    table = []
+    for policy in policies:
+        for size in sizes:
+            med = {label: _median(runs[(policy, size, label)]) for label, _ in checkouts}
+            cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _ in checkouts)
+            speedup = f" | {med['this']['sps'] / med['other']['sps']:.2f}x |" if args.other else " |"
+            print(f"| {policy} | {size} | {cells}{speedup}")
+            table.append(med)
+    if args.out:
+        Path(args.out).write_text(json.dumps({"rows": table, "runs": [r for v in runs.values() for r in v]}, indent=2))
+    return 0
+
+
+def _median(rows: list[dict]) -> dict:
+    ordered = sorted(rows, key=lambda r: r["sps"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["sps_all"] = [r["sps"] for r in rows]
+    row["us_all"] = [r["learner_us_per_step"] for r in rows]
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())

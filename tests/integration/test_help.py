@@ -1,0 +1,31 @@
+"""The three commands' --help texts say what a user needs and nothing internal (issue 25, item 9)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.integration.cluster import ROOT
+
+
+def help_text(*command: str) -> str:
+    result = subprocess.run([sys.executable, *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_launch_help_says_how_the_topology_is_picked():
+    text = help_text("launch.py")
+    assert "8 actors" not in text
+    assert "cluster.envs" in text and "per core" in text
+
+
+def test_evaluate_help_lists_no_internal_names():
+    text = help_text("-m", "learner.evaluate")
+    for internal in ("load_policy", "eval_settings", "play_episodes", "VideoWriter", "broadcast_state", "load_broadcast"):
+        assert internal not in text, internal
+
+
+def test_actor_help_shows_no_empty_defaults():
+    text = " ".join(help_text("-m", "actor").split())
+    assert "(default: None)" not in text and "(default: )" not in text
+    assert "(required)" in text and "(default: 30)" in text

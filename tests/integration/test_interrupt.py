@@ -1,0 +1,86 @@
+"""Ctrl-C at any moment of start-up or training (issue 25, item 2): "stopping" at once, everything stops in
+order, exit 0, no child traceback, no process of the run left; a second Ctrl-C forces (exit 130).
+
+A terminal's Ctrl-C is SIGINT to the whole foreground process group: launch.py's children get it too. The
+console goes to a file so that the moments can be waited for while the run goes on."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster import (ROOT, assert_session_gone, endpoints, kill_group, metrics, session_pids,
+                                      wait_for)
+
+pytestmark = pytest.mark.integration
+SMOKE = ("--config", "configs/smoke.toml", "--total-steps", "10000000")
+
+
+def start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    run_dir, console = tmp_path / "run", tmp_path / "console.txt"
+    with open(console, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "launch.py", *SMOKE, "--run-dir", str(run_dir), *extra], cwd=ROOT,
+                                stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return proc, run_dir, console
+
+
+def ctrl_c(proc: subprocess.Popen, group: bool) -> None:
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
+    else:
+        os.kill(proc.pid, signal.SIGINT)
+
+
+MOMENTS = {
+    "learner starting": lambda run_dir: (run_dir / "processes.json").exists(),
+    "actors starting": lambda run_dir: endpoints(run_dir),
+    "training": lambda run_dir: len(metrics(run_dir)) >= 1,
+}
+
+
+@pytest.mark.parametrize("moment, group, extra", [
+    ("learner starting", True, ()),
+    ("actors starting", True, ("--set", "eval.every=1")),  # the evaluator starting too
+    ("actors starting", False, ()),
+    ("training", True, ()),
+])
+def test_ctrl_c_stops_everything_and_exits_zero(tmp_path, moment, group, extra):
+    proc, run_dir, console = start(tmp_path, *extra)
+    try:
+        wait_for(lambda: MOMENTS[moment](run_dir), 90, moment, proc)
+        ctrl_c(proc, group)
+        proc.wait(timeout=60)
+    finally:
+        kill_group(proc)
+    out = console.read_text()
+    assert proc.returncode == 0, out[-3000:]
+    assert "stopping (Ctrl-C again to force)" in out
+    assert "did not come up" not in out and "exited with code" not in out, out[-3000:]
+    logs = [out, *(p.read_text() for p in run_dir.glob("*.log"))]
+    assert not any("Traceback" in text or "KeyboardInterrupt" in text for text in logs), out[-3000:]
+    assert_session_gone(proc.pid, timeout=5)
+
+
+def test_a_second_ctrl_c_forces(tmp_path):
+    """A learner that cannot stop (SIGSTOPped here: a hung one) keeps the first Ctrl-C's orderly stop waiting;
+    the second kills every process of the run and exits 130."""
+    proc, run_dir, console = start(tmp_path)
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        pids = session_pids(proc.pid)
+        learner = endpoints(run_dir)["pid"]
+        os.kill(learner, signal.SIGSTOP)
+        ctrl_c(proc, group=True)
+        wait_for(lambda: "stopping (Ctrl-C again to force)" in console.read_text(), 10, "the stopping line", proc)
+        assert proc.poll() is None, "the stop waits for the (stopped) learner"
+        ctrl_c(proc, group=True)
+        proc.wait(timeout=30)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130, console.read_text()[-3000:]
+    assert len(pids) >= 4  # launch.py, the learner, two actors
+    assert_session_gone(proc.pid, timeout=10)
