@@ -242,11 +242,15 @@ def local_slots_of_rank(actors: int, envs_per_actor: int, learners: int, rank: i
     return sum(envs_per_actor for i in range(actors) if i % learners == rank)
 
 
-def least_filled(loads: list[int], targets: list[int]) -> int:
-    """The rank furthest below its target (the most env slots short, or the fewest over), rank 0 on ties:
-    where rank 0 sends a joiner. Before the first update the targets are each rank's share of min_envs;
-    after it, 0 (the least loaded rank)."""
-    return min(range(len(loads)), key=lambda r: (loads[r] - targets[r], r))
+def joiner_rank(loads: list[int], targets: list[int]) -> int:
+    """Where rank 0 sends a joiner: the rank furthest below its target (the most env slots short, or the
+    fewest over; the lower rank on ties). Before the first update the targets are each rank's share of
+    min_envs and rank 0 fills its own share last: it starts its first rollout once its share is met and
+    then answers no handshake until every rank has finished theirs, so by then every other rank must have
+    been sent its share. After the first update the targets are 0: the least loaded rank, rank 0 on ties."""
+    short = [r for r in range(1, len(loads)) if loads[r] < targets[r]]
+    candidates = short or range(len(loads))
+    return min(candidates, key=lambda r: (loads[r] - targets[r], r))
 
 
 WILDCARD_HOSTS = ("*", "0.0.0.0", "::", "[::]", "")

@@ -25,7 +25,7 @@ from learner import checkpoint
 from learner.batch import TrainingBatch, empty_batch, rollout_to_batch
 from learner.collector import Collector, EpisodeStats
 from learner.config import Config, ConfigError, check_multi_rank
-from learner.distributed import (Ranks, RanksLost, advertised_address, checksum, env_rank, least_filled,
+from learner.distributed import (Ranks, RanksLost, advertised_address, checksum, env_rank, joiner_rank,
                                  local_slots_of_rank, min_envs_of_rank, rank_address)
 from learner.gateway import Gateway
 from learner.evaluate import broadcast_state
@@ -355,9 +355,10 @@ class Learner:
 
     def _redirect_to(self, num_envs: int) -> str | None:
         """Rank 0 sends a joiner to the rank furthest below its target: before the first update each rank's
-        share of min_envs (so every rank can start its first rollout), after it the least loaded rank."""
+        share of min_envs, rank 0's own last (so every rank can start its first rollout), after it the least
+        loaded rank."""
         loads = [self.gateway.registry.num_slots(), *self.rank_slots[1:]]
-        best = least_filled(loads, self.rank_targets)
+        best = joiner_rank(loads, self.rank_targets)
         if best == 0:
             return None
         self.rank_slots[best] += num_envs  # until the next update's count says otherwise

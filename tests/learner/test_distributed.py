@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from learner.config import ModelConfig, PPOConfig
-from learner.distributed import (Ranks, RanksLost, advertised_address, checksum, least_filled, local_slots_of_rank,
+from learner.distributed import (Ranks, RanksLost, advertised_address, checksum, joiner_rank, local_slots_of_rank,
                                  min_envs_of_rank)
 from learner.model import build_model
 from learner.ppo import PPOUpdater, explained_variance
@@ -217,13 +217,19 @@ def test_a_rank_bound_to_every_interface_advertises_the_configured_host_never_00
     assert "0.0.0.0" not in advertised_address("tcp://0.0.0.0:1234")  # the real host name
 
 
-def test_before_the_first_update_joiners_fill_each_ranks_share_of_min_envs():
+def test_before_the_first_update_joiners_fill_the_other_ranks_shares_of_min_envs_first():
     shares = [min_envs_of_rank(8, 0, 0, 0, 2, r) for r in range(2)]
     assert shares == [4, 4]
     loads = [local_slots_of_rank(0, 0, 2, r) for r in range(2)]  # --actors 0: nobody local
-    assert least_filled(loads, shares) == 0  # the first 4-env joiner stays on rank 0
-    assert least_filled([4, 0], shares) == 1  # the second goes to rank 1: both can start
-    assert least_filled([4, 4], shares) == 0
+    # rank 0 starts its first rollout once its own share is met, and answers nobody until every rank has
+    # done theirs: the others' shares are sent first
+    assert joiner_rank(loads, shares) == 1
+    assert joiner_rank([0, 4], shares) == 0
+    assert joiner_rank([0, 2], shares) == 1 and joiner_rank([3, 3], [4, 4]) == 1
+    assert joiner_rank([4, 4], shares) == 0  # every share met: the fewest over its share
+    assert joiner_rank([0, 0, 1], [4, 2, 2]) == 1  # among the short ranks 1+, the most short
     # launch.py's own actors (actor i on rank i % 2) count on their rank before they arrive
     assert [local_slots_of_rank(3, 4, 2, r) for r in range(2)] == [8, 4]
-    assert least_filled([8, 4], [0, 0]) == 1  # after the first update: the least loaded rank
+    assert joiner_rank([8, 4], [8, 4]) == 0  # the local actors fill both shares: rank 0 keeps its own
+    assert joiner_rank([8, 4], [0, 0]) == 1  # after the first update: the least loaded rank
+    assert joiner_rank([4, 4], [0, 0]) == 0
