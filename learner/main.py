@@ -313,6 +313,7 @@ class Learner:
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(self.run_dir / log_name(self.ranks.rank),
                                  max(r.watchdog_s, 2 * self.cfg.cluster.collective_timeout_s))
+        self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         self.collector.watchdog = self.watchdog
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
