@@ -149,12 +149,12 @@ def check_groups(cfg: Config, groups: int) -> None:
                           f"--envs-per-actor (cluster.envs_per_actor, {k}) must be divisible by {groups}")
 
 
-def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict) -> None:
+def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, parent_pid: int) -> None:
     os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
     rank = os.environ.get("RANK", "0")
     name_process("learner" if rank == "0" else f"learner-rank-{rank}")
     from learner.main import run
-    sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume))
+    sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
 def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
@@ -270,7 +270,7 @@ class Cluster:
         for env in self.ranks:
             self._endpoint_file(env).unlink(missing_ok=True)
             proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",
-                                    args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env))
+                                    args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env, os.getpid()))
             self.stops.started(proc)
             self.learners.append(proc)
         self._record_pids()

@@ -44,6 +44,10 @@ class RunConfig:
     """answer actors with uniform random actions instead of running the network"""
     policy_lag: int = 0
     """1: collect the next rollout with the previous weights while the update runs (Cleanba); 0: synchronous"""
+    watchdog_s: float = 900.0
+    """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
+    batch_checksum: bool = False
+    """debug: record batch_checksum (the sum of the observations each update read, after it read them) in metrics.jsonl; one pass over the batch per update"""
 
 
 @dataclass
@@ -62,6 +66,8 @@ class ClusterConfig:
     """where the learner binds its request socket (tcp:// or ipc://); port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); fix one for actors that join from elsewhere"""
     weights_address: str = "tcp://127.0.0.1:0"
     """where the learner publishes weights; port 0 picks a free one"""
+    advertise_host: str = ""
+    """the host name or IP address actors reach this learner at, in redirects and endpoints.json ('': the bound host; this node's host name when bound to every interface)"""
     min_envs: int = 0
     """env slots the learner waits for before the first rollout only (0: actors x envs_per_actor)"""
     actor_timeout_s: float = 10.0
@@ -323,6 +329,17 @@ def check_multi_rank(cfg: Config, why: str) -> None:
              f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
 
 
+def _is_host(text: str) -> bool:
+    """A host name, IPv4 or IPv6 address (bracketed or not), and not one meaning every interface."""
+    import ipaddress
+    import re
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        return not ipaddress.ip_address(bare).is_unspecified
+    except ValueError:
+        return bare == text and len(text) <= 253 and re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", text) is not None
+
+
 def validate(cfg: Config) -> None:
     r, c, p, e = cfg.run, cfg.cluster, cfg.ppo, cfg.env
     _require(r.total_steps > 0, f"run.total_steps must be > 0, got {r.total_steps}")
@@ -340,6 +357,10 @@ def validate(cfg: Config) -> None:
     for key in ("address", "weights_address"):
         addr = getattr(c, key)
         _require(addr.startswith(("tcp://", "ipc://")), f"cluster.{key} must start with tcp:// or ipc://, got {addr!r}")
+    _require(c.advertise_host == "" or _is_host(c.advertise_host),
+             f"cluster.advertise_host must be a host name or an IP address other actors can reach (not a wildcard "
+             f"such as 0.0.0.0), got {c.advertise_host!r}")
+    _require(r.watchdog_s > 0, f"run.watchdog_s must be > 0, got {r.watchdog_s}")
     _require(c.address != c.weights_address or c.address.endswith(":0"),
              "cluster.address and cluster.weights_address must differ")
     _require(bool(c.server_key) == bool(c.allowed_keys), "cluster.server_key and cluster.allowed_keys go together")

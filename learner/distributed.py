@@ -19,6 +19,7 @@ import functools
 import hashlib
 import logging
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,11 @@ ADDRESS_BYTES = 512  # an endpoint string, padded, for all_gather (no pickled ob
 
 
 def _collective(method):
-    """A failed or timed-out collective means a lost rank: one clear error, not a torch traceback."""
+    """A failed or timed-out collective means a lost rank: one clear error, not a torch traceback.
+
+    Every collective inside is started with async_op=True and waited on here (`Ranks._wait`, with the
+    collective timeout): with NCCL a plain call only enqueues the work, and its failure would surface
+    later, outside this wrapper (at a host read, or as NCCL's watchdog abort)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
@@ -46,6 +51,7 @@ class Ranks:
     rank: int = 0
     world: int = 1
     device: torch.device = torch.device("cpu")  # where collectives run (NCCL: the rank's GPU)
+    timeout_s: float = 300.0  # each collective's wait (cluster.collective_timeout_s)
 
     @staticmethod
     def single() -> "Ranks":
@@ -60,7 +66,7 @@ class Ranks:
         if not dist.is_initialized():
             backend = "nccl" if device.type == "cuda" else "gloo"
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
-        ranks = Ranks(dist.get_rank(), dist.get_world_size(), device)
+        ranks = Ranks(dist.get_rank(), dist.get_world_size(), device, timeout_s)
         log.info("learner rank %d of %d (%s)", ranks.rank, ranks.world, dist.get_backend())
         return ranks
 
@@ -71,6 +77,11 @@ class Ranks:
     @property
     def distributed(self) -> bool:
         return self.world > 1
+
+    def _wait(self, work) -> None:
+        """Block until an async collective is done: raises (inside the caller's wrapper) when it failed or
+        took longer than timeout_s. An explicit timeout makes NCCL's wait block the host too."""
+        work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
 
     def close(self, clean: bool) -> None:
         """After a clean end every rank meets once more before the group is torn down (tearing it down while
@@ -92,7 +103,16 @@ class Ranks:
         if not self.distributed:
             return t
         t = t.to(self.device, copy=True)
-        dist.all_reduce(t)
+        self._wait(dist.all_reduce(t, async_op=True))
+        return t
+
+    @_collective
+    def max_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """The maximum over the ranks of a tensor that may stay on the device."""
+        if not self.distributed:
+            return t
+        t = t.to(self.device, copy=True)
+        self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
         return t
 
     @_collective
@@ -100,7 +120,7 @@ class Ranks:
         if not self.distributed:
             return flag
         t = torch.tensor([int(flag)], dtype=torch.int64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
         return bool(t.item())
 
     @_collective
@@ -109,7 +129,7 @@ class Ranks:
         if not self.distributed:
             return [value]
         out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world)]
-        dist.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device))
+        self._wait(dist.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device), async_op=True))
         return [int(t.item()) for t in out]
 
     @_collective
@@ -123,7 +143,7 @@ class Ranks:
         if pairs:
             mine[:len(pairs)] = torch.tensor(pairs, dtype=torch.float64)
         out = [torch.zeros_like(mine) for _ in range(self.world)]
-        dist.all_gather(out, mine)
+        self._wait(dist.all_gather(out, mine, async_op=True))
         return [(float(x), float(y)) for t, n in zip(out, counts) for x, y in t[:n].tolist()]
 
     @_collective
@@ -137,7 +157,7 @@ class Ranks:
         mine = torch.zeros(ADDRESS_BYTES, dtype=torch.uint8, device=self.device)
         mine[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
         out = [torch.zeros_like(mine) for _ in range(self.world)]
-        dist.all_gather(out, mine)
+        self._wait(dist.all_gather(out, mine, async_op=True))
         return [bytes(t.cpu().tolist()).rstrip(b"\0").decode() for t in out]
 
     # -- the model ----------------------------------------------------------------------------------------
@@ -148,7 +168,7 @@ class Ranks:
             return
         for t in tensors:
             buf = t.detach().to(self.device)
-            dist.broadcast(buf, src=0)
+            self._wait(dist.broadcast(buf, src=0, async_op=True))
             if buf is not t:
                 t.detach().copy_(buf)
 
@@ -179,7 +199,7 @@ class Ranks:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device) * weight
-        dist.all_reduce(flat)
+        self._wait(dist.all_reduce(flat, async_op=True))
         offset = 0
         for p in params:
             n = p.numel()
@@ -212,6 +232,46 @@ def min_envs_of_rank(min_envs: int, num_envs: int, actors: int, envs_per_actor: 
     if min_envs:
         return min_envs // learners + (1 if rank < min_envs % learners else 0)
     return sum(envs_per_actor for i in range(actors) if i % learners == rank)
+
+
+def local_slots_of_rank(actors: int, envs_per_actor: int, learners: int, rank: int) -> int:
+    """The env slots of the actors launch.py starts for rank `rank` (they name its address directly): actor
+    i joins rank i % learners; under torchrun (learners 1) each worker starts its own cluster.actors."""
+    if learners <= 1:
+        return actors * envs_per_actor
+    return sum(envs_per_actor for i in range(actors) if i % learners == rank)
+
+
+def joiner_rank(loads: list[int], targets: list[int]) -> int:
+    """Where rank 0 sends a joiner: the rank furthest below its target (the most env slots short, or the
+    fewest over; the lower rank on ties). Before the first update the targets are each rank's share of
+    min_envs and rank 0 fills its own share last: it starts its first rollout once its share is met and
+    then answers no handshake until every rank has finished theirs, so by then every other rank must have
+    been sent its share. After the first update the targets are 0: the least loaded rank, rank 0 on ties."""
+    short = [r for r in range(1, len(loads)) if loads[r] < targets[r]]
+    candidates = short or range(len(loads))
+    return min(candidates, key=lambda r: (loads[r] - targets[r], r))
+
+
+WILDCARD_HOSTS = ("*", "0.0.0.0", "::", "[::]", "")
+
+
+def advertised_address(endpoint: str, advertise_host: str = "", node_name=socket.gethostname) -> str:
+    """The address other machines reach a bound endpoint at, for redirects and endpoints.json.
+
+    An explicit advertise_host wins; otherwise a tcp endpoint bound to one interface keeps its host, and one
+    bound to every interface (zmq reports 0.0.0.0 or [::]) names this node (its host name), never 0.0.0.0.
+    ipc endpoints are local paths and stay as they are."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if advertise_host:
+        host = advertise_host
+    elif host in WILDCARD_HOSTS:
+        host = node_name()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"tcp://{host}:{port}"
 
 
 class RanksLost(Exception):

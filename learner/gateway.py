@@ -248,3 +248,8 @@ class Gateway:
     def _event(self, text: str) -> None:
         log.info(text)
         self.events.append(text)
+
+    def take_events(self) -> list[str]:
+        """The joins, leaves and redirects since the last call (the list is emptied: it stays bounded)."""
+        events, self.events = self.events, []
+        return events

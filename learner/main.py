@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -24,7 +25,8 @@ from learner import checkpoint
 from learner.batch import TrainingBatch, empty_batch, rollout_to_batch
 from learner.collector import Collector, EpisodeStats
 from learner.config import Config, ConfigError, check_multi_rank
-from learner.distributed import Ranks, RanksLost, checksum, env_rank, min_envs_of_rank, rank_address
+from learner.distributed import (Ranks, RanksLost, advertised_address, checksum, env_rank, joiner_rank,
+                                 local_slots_of_rank, min_envs_of_rank, rank_address)
 from learner.gateway import Gateway
 from learner.evaluate import broadcast_state
 from learner.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
@@ -38,7 +40,7 @@ from learner.weights import WeightPublisher
 from protocol.settings import EnvSettings
 
 log = logging.getLogger("learner")
-HANG_S = 900.0  # the learner's main thread away from all of its loops this long: hung (see Watchdog)
+PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
 
 
@@ -108,16 +110,44 @@ class Stop:
     def _set(self, *_):
         self.requested = True
 
+    def request(self) -> None:
+        self.requested = True
+
     def __call__(self) -> bool:
         return self.requested
 
 
-def run(cfg: Config, run_dir: str | Path, resume: bool = False) -> int:
+class ParentWatch:
+    """No orphaned learner: once the process that started it (launch.py) is gone, killed with -9 or by the
+    OOM killer, the learner stops as on SIGTERM (final checkpoint, goodbyes, ports and device freed), and
+    exits hard if that takes longer than grace_s (it may be deep in an update or a collective). A thread
+    polling the parent pid, not PR_SET_PDEATHSIG: that fires when the parent *thread* that started us ends."""
+
+    def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5):
+        self.parent_pid, self.stop, self.grace_s, self.every_s = parent_pid, stop, grace_s, every_s
+        threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while os.getppid() == self.parent_pid:
+            time.sleep(self.every_s)
+        log.error("error: the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
+        self.stop.request()
+        time.sleep(self.grace_s)  # the main thread exits the process before this ends, unless it is stuck
+        log.error("error: still running %gs after the launcher died: exiting now", self.grace_s)
+        logging.shutdown()
+        os._exit(1)
+
+
+def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
+    """parent_pid: the launcher's; the learner stops when it is gone (0: nobody to watch)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir, env_rank())
+    stop = Stop()
+    if parent_pid:
+        ParentWatch(parent_pid, stop)
     try:
-        learner = Learner(cfg, run_dir, resume)
+        learner = Learner(cfg, run_dir, resume, stop)
     except StartupError as exc:
         log.error("%s", exc)  # the level already says ERROR
         return 2
@@ -147,8 +177,8 @@ class Job:
 
 
 class Learner:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool):
-        self.cfg, self.run_dir, self.stop = cfg, run_dir, Stop()
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, stop: Stop | None = None):
+        self.cfg, self.run_dir, self.stop = cfg, run_dir, stop or Stop()
         r, p = cfg.run, cfg.ppo
         # While collecting, the actors need the cores and the learner's ops are small: one thread avoids
         # OpenMP threads spinning against the actors. The update gets them all (actors wait then anyway).
@@ -173,7 +203,7 @@ class Learner:
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm)
+        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
         if resume and ranks.main:
@@ -200,6 +230,12 @@ class Learner:
             self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
         c = cfg.cluster
         self.min_envs = min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, ranks.rank)
+        # where rank 0 sends joiners: until the first update's count, each rank's share of min_envs is its
+        # target and its own local actors its load (they join it directly), so that every rank can start
+        self.rank_targets = [min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, rank)
+                             for rank in range(ranks.world)]
+        self.rank_slots = [local_slots_of_rank(c.actors, c.envs_per_actor, c.learners, rank)
+                           for rank in range(ranks.world)]  # live env slots per rank, as rank 0 knows them
         self.empty = empty_batch(self.collector, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
@@ -209,10 +245,10 @@ class Learner:
             self.collector.double_buffer = True
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
-        self.rank_slots: list[int] | None = None  # live env slots per rank, as of the last update
         if ranks.distributed and ranks.main:
             self.gateway.redirect_to = self._redirect_to
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
+        self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
         self.watchdog: Watchdog | None = None  # armed while training
 
     def _open_sockets(self, actor_env, actor_obs_space, action_space) -> None:
@@ -233,12 +269,14 @@ class Learner:
                                    cfg.cluster.max_message_mb << 20, curve=self.curve)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
             self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
-        self.rank_addresses = ranks.gather_strings(self.gateway.endpoint)
+        advertised = advertised_address(self.gateway.endpoint, cfg.cluster.advertise_host)
+        self.rank_addresses = ranks.gather_strings(advertised)  # where rank 0 redirects joiners: reachable
         write_endpoints(self.run_dir, {"address": self.gateway.endpoint, "weights_address": self.publisher.endpoint,
-                                       "pid": os.getpid(), "run_id": run_id, "rank": ranks.rank,
-                                       "ranks": self.rank_addresses}, ranks.rank)
-        log.info("learner on %s (weights on %s), device %s, model %s", self.gateway.endpoint, self.publisher.endpoint,
-                 self.device, type(self.model).__name__)
+                                       "advertised": advertised, "pid": os.getpid(), "run_id": run_id,
+                                       "rank": ranks.rank, "ranks": self.rank_addresses}, ranks.rank)
+        log.info("learner on %s%s (weights on %s), device %s, model %s", self.gateway.endpoint,
+                 "" if advertised == self.gateway.endpoint else f" (advertised as {advertised})",
+                 self.publisher.endpoint, self.device, type(self.model).__name__)
 
     def _sync_from_rank0(self) -> None:
         """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
@@ -298,7 +336,8 @@ class Learner:
         in_flight = None  # policy lag: the update that runs while the next rollout is collected
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(self.run_dir / log_name(self.ranks.rank),
-                                 max(HANG_S, 2 * self.cfg.cluster.collective_timeout_s))
+                                 max(r.watchdog_s, 2 * self.cfg.cluster.collective_timeout_s))
+        self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         self.collector.watchdog = self.watchdog
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
@@ -308,6 +347,9 @@ class Learner:
             t1 = time.monotonic()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler)
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
+            if in_flight is not None:  # done before the next rollout may reuse the buffer it reads
+                self._finish(in_flight)
+                in_flight = None
             if n_valid == 0:
                 self._note_idle()
                 continue
@@ -315,8 +357,6 @@ class Learner:
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / r.total_steps,
                       batch, n_valid, t0, t1)
             state["update"], state["env_steps"] = job.update, job.env_steps
-            if in_flight is not None:
-                self._finish(in_flight)
             self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or in the background
             self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
             if self.lagged:
@@ -340,12 +380,12 @@ class Learner:
         return 0 if self.ranks.distributed else 1
 
     def _redirect_to(self, num_envs: int) -> str | None:
-        """Rank 0 sends a joiner to the rank with the fewest live env slots, once every rank has reported."""
-        if self.rank_slots is None:
-            return None  # before the first update: rank 0's own actors are still arriving
+        """Rank 0 sends a joiner to the rank furthest below its target: before the first update each rank's
+        share of min_envs, rank 0's own last (so every rank can start its first rollout), after it the least
+        loaded rank."""
         loads = [self.gateway.registry.num_slots(), *self.rank_slots[1:]]
-        best = min(range(len(loads)), key=lambda r: (loads[r], r))
-        if loads[best] >= loads[0]:
+        best = joiner_rank(loads, self.rank_targets)
+        if best == 0:
             return None
         self.rank_slots[best] += num_envs  # until the next update's count says otherwise
         return self.rank_addresses[best]
@@ -365,9 +405,17 @@ class Learner:
         self.width = width
 
     def _finish(self, job: Job) -> None:
-        """After an update: publish the new weights, write its metrics line, maybe a checkpoint."""
+        """After an update: publish the new weights, write its metrics line, maybe a checkpoint.
+
+        Timing is wall clock: elapsed_s is the time since this process started training (plus a resumed
+        run's), sps the job's new env steps over the time since the last update finished (with policy lag
+        the next rollout was collected meanwhile), collect_s the rollout's collection, update_s the update's
+        own run (in the background with policy lag)."""
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
-        stats = self.runner.result()
+        stats = {**self.runner.result(), "update_s": self.runner.took_s}
+        now = time.monotonic()
+        self.state["elapsed_s"] = self.elapsed_at_start + (now - self.started)
+        interval, self.last_finish = now - (self.last_finish or job.t0), now
         if self.lagged:
             self.policy.model.load_state_dict(self.model.state_dict())
         self.state["version"] += 1
@@ -379,25 +427,26 @@ class Learner:
         widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
         actors = self.ranks.gather_ints(len(self.gateway.registry))
         self.rank_slots = self.ranks.gather_ints(self.gateway.registry.num_slots())
+        self.rank_targets = [0] * self.ranks.world  # from now on: the least loaded rank
         sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
         # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
         rejected, dropped = map(int, self.ranks.sum([self.gateway.rejected, job.batch.dropped if job.batch else 0]))
+        events = self.gateway.take_events()  # on every rank: the list stays bounded
         if self.ranks.main:
-            self._log(job, stats, widths, actors, sums, rejected, dropped)
+            self._log(job, stats, widths, actors, sums, rejected, dropped, interval, events)
         else:
             self.episodes.take_new()
         if job.update % self.cfg.run.checkpoint_every == 0:
             self._save_checkpoint(job.update, job.env_steps)
 
     def _log(self, job: Job, stats: dict, widths: list[int], actors: list[int], sums: list[str] | None,
-             rejected: int, dropped: int) -> None:
+             rejected: int, dropped: int, interval: float, events: list[str]) -> None:
         """Rank 0's metrics line and episodes.jsonl rows, for the whole job."""
-        r, state, now = self.cfg.run, self.state, time.monotonic()
-        state["elapsed_s"] += now - job.t0
-        rate = (job.env_steps - self.steps_at_start) / max(now - self.started, 1e-9)
+        r, state = self.cfg.run, self.state
+        rate = (job.env_steps - self.steps_at_start) / max(state["elapsed_s"] - self.elapsed_at_start, 1e-9)
         ep = self.episodes
         record = {
-            "update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(now - job.t0, 1e-9),
+            "update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(interval, 1e-9),
             "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
             "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
             "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
@@ -405,18 +454,20 @@ class Learner:
             "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
             "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
             "actors": sum(actors), "env_slots": sum(widths), "weights_version": state["version"],
-            "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": now - job.t1,
+            "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": stats["update_s"],
             "progress": min(job.env_steps / r.total_steps, 1.0),
             "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
             "rejected_messages": rejected, "dropped_samples": dropped,
-            "kl_beta": stats.get("kl_beta"), "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
-            "policy_lag": r.policy_lag if self.lagged else 0, "events": self.gateway.events,
+            "kl_beta": stats.get("kl_beta"), "update_kl": stats.get("update_kl"),
+            "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
+            "policy_lag": r.policy_lag if self.lagged else 0, "events": events,
         }
+        if r.batch_checksum:
+            record["batch_checksum"] = stats.get("batch_checksum")
         if sums is not None:
             record.update(learners=self.ranks.world, rank_env_slots=widths, rank_actors=actors,
                           rank_weights_checksums=sums)
         self.metrics.write(record)
-        self.gateway.events = []
         for ret, length in ep.take_new():
             self.episodes_file.write(json.dumps({"update": job.update, "env_steps": job.env_steps,
                                                  "return": ret, "length": int(length)}) + "\n")

@@ -80,13 +80,17 @@ def adaptive_lr(lr: float, kl: float, threshold: float, lr_min: float, lr_max: f
     return min(max(lr, lr_min), lr_max)
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
-    """1 - Var(R - V) / Var(R), a 0-d float64 tensor on their device; nan when the returns do not vary
-    (nothing to explain)."""
-    returns = returns.double()
-    var_r = returns.var(unbiased=False)
-    ev = 1 - (returns - values.double()).var(unbiased=False) / var_r
-    return torch.where(torch.isfinite(var_r) & (var_r > 0), ev, torch.full_like(ev, float("nan")))
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, ranks: Ranks | None = None) -> torch.Tensor:
+    """1 - Var(R - V) / Var(R) over every rank's samples pooled (each sample counts once, as in the
+    gradients), a 0-d float64 tensor on their device; nan when the returns do not vary (nothing to
+    explain). Two passes (means, then centred sums), each one all-reduce, no host read."""
+    ranks = ranks or Ranks.single()
+    r, d = returns.double(), returns.double() - values.double()
+    n, sum_r, sum_d = ranks.sum_tensor(torch.stack([r.new_tensor(float(r.numel())), r.sum(), d.sum()]))
+    n = n.clamp(min=1)
+    sq_r, sq_d = ranks.sum_tensor(torch.stack([(r - sum_r / n).pow(2).sum(), (d - sum_d / n).pow(2).sum()]))
+    ev = 1 - sq_d / sq_r
+    return torch.where(torch.isfinite(sq_r) & (sq_r > 0), ev, torch.full_like(ev, float("nan")))
 
 
 class PPOUpdater:
@@ -96,11 +100,20 @@ class PPOUpdater:
     parts (sizes differ by at most one), so every sample is used exactly once per epoch and none is
     dropped. Early stop (target_kl > 0): after each epoch, like CleanRL, stop when the last
     minibatch's approx_kl exceeds target_kl.
+
+    KL variant: beta adapts to the KL of the whole update (`update_kl`), measured as the paper does after
+    the epochs: one extra forward pass (no gradients) over the update's samples, on every rank, of the
+    mean of k3 = (r - 1) - log r with r = pi_new / pi_old, pooled over the ranks by sample. (approx_kl,
+    like CleanRL's, is the mean over minibatches of the KL before each step, and stays as reported.)
+
+    batch_checksum: also report the float64 sum of the observations the update read, taken after its
+    last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
     """
 
     def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None,
-                 value_norm: ValueNormalizer | None = None):
+                 value_norm: ValueNormalizer | None = None, batch_checksum: bool = False):
         self.ranks = ranks or Ranks.single()
+        self.batch_checksum = batch_checksum
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.cfg = cfg
@@ -175,7 +188,7 @@ class PPOUpdater:
                 if job_size == 0:  # fewer samples than minibatches, on every rank
                     continue
                 weight = idx.numel() / job_size
-                stats = self._step(batch, idx, weight, first)
+                stats = self._step(batch, idx, weight, first if minibatches == 0 else None)
                 totals += weight * torch.stack([stats[k].double() for k in keys])
                 last = weight * stats["approx_kl"]
                 minibatches += 1
@@ -186,23 +199,47 @@ class PPOUpdater:
                 break
 
         pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
-        ev = explained_variance(raw["values"], raw["returns"]) if n else totals.new_tensor(float("nan"))
-        names = keys + ("explained_variance", *first)
-        tail = torch.stack([ev.double(), *(x.double() for x in first.values())])
+        extra = {"explained_variance": explained_variance(raw["values"], raw["returns"], self.ranks),
+                 **self._pool_first(first)}
+        if cfg.variant == "kl":
+            extra["update_kl"] = self._update_kl(batch)
+        if self.batch_checksum:
+            extra["batch_checksum"] = obs.sum(dtype=torch.float64)
+        tail = torch.stack([x.double().to(self.device) for x in extra.values()])
         values = torch.cat([pooled, tail]).tolist()  # the update's one read from the device
-        out = dict(zip(names, values))
+        out = dict(zip(keys + tuple(extra), values))
         # adaptive: the rate the update ended with (the next one starts from it)
         out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
                    minibatches=minibatches)
-        if cfg.variant == "kl":
-            # Adjust beta from the mean measured KL of this update; reported value is the one for the next update.
-            self.beta = kl_beta_update(self.beta, out["approx_kl"], cfg.kl_target)
+        if cfg.variant == "kl":  # the reported beta is the one the next update uses
+            self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
             out["kl_beta"] = self.beta
         return out
 
+    def _pool_first(self, first: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The first minibatch's statistics for the job: the largest ratio deviation on any rank, and the
+        clip fraction weighted by each rank's share of that minibatch (0 on a rank without samples)."""
+        zero = torch.zeros((), dtype=torch.float64, device=self.device)
+        return {"first_minibatch_ratio_max_dev": self.ranks.max_tensor(first.get("ratio_max_dev", zero).double()),
+                "first_minibatch_clip_fraction": self.ranks.sum_tensor(first.get("clip_fraction", zero).double())}
+
+    @torch.no_grad()
+    def _update_kl(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """KL(pi_old || pi_new) over the update's samples, after all its steps: the mean of k3 = (r - 1) -
+        log r over every rank's samples, evaluated in minibatch-sized chunks (bounded memory)."""
+        n = batch["obs"].shape[0]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for idx in torch.arange(n, device=batch["obs"].device).tensor_split(self.cfg.num_minibatches) if n else ():
+            new_logprob = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])[0]
+            logratio = (new_logprob - batch["logprobs"][idx]).double()
+            total += ((logratio.exp() - 1) - logratio).sum()
+        kl_sum, count = self.ranks.sum_tensor(torch.stack([total, total.new_tensor(float(n))]))
+        return kl_sum / count.clamp(min=1)
+
     def _step(self, batch: dict[str, torch.Tensor], idx: torch.Tensor, weight: float,
-              first: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Loss, gradients averaged over the ranks, the global grad-norm clip, one Adam step."""
+              first: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """Loss, gradients averaged over the ranks, the global grad-norm clip, one Adam step. first: filled
+        with this rank's part of the sanity check on the update's first minibatch."""
         cfg, params = self.cfg, [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer.zero_grad(set_to_none=True)
         if idx.numel():
@@ -210,11 +247,11 @@ class PPOUpdater:
             old_logprob = batch["logprobs"][idx]
             loss, stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
                                    batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
-            if not first:
+            if first is not None:
                 # Sanity check: before any step the policy is the one that collected the data.
                 with torch.no_grad():
-                    first.update(first_minibatch_ratio_max_dev=(new_logprob - old_logprob).exp().sub(1).abs().max(),
-                                 first_minibatch_clip_fraction=stats["clip_fraction"])
+                    first.update(ratio_max_dev=(new_logprob - old_logprob).exp().sub(1).abs().max(),
+                                 clip_fraction=weight * stats["clip_fraction"])
             loss.backward()
         else:  # a rank without samples still takes part in the gradient average, with zeros
             zero = torch.zeros((), device=self.device)

@@ -27,6 +27,7 @@ class UpdateRunner:
         self.updater, self.generator, self.threads, self.background = updater, generator, threads, background
         self.say_after_s, self.deadline_s = say_after_s, deadline_s
         self.slowest = 0.0  # seconds, the longest update so far
+        self.took_s = 0.0  # seconds, the last update's own run (read after result())
         self._thread: threading.Thread | None = None
         self._stats: dict = {}
         self._error: BaseException | None = None
@@ -37,7 +38,8 @@ class UpdateRunner:
             self._stats = {} if batch is None else self.updater.update(batch, update, self.generator)
         except BaseException as exc:  # re-raised in the learner's thread by result()
             self._error = exc
-        self.slowest = max(self.slowest, time.monotonic() - t0)
+        self.took_s = time.monotonic() - t0
+        self.slowest = max(self.slowest, self.took_s)
 
     def start(self, batch: dict | None, update: int) -> None:
         """batch None: nothing to learn (collect-only); result() then gives empty stats."""

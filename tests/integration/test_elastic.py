@@ -8,7 +8,8 @@ import signal
 import pytest
 
 from protocol.security import generate_keypair
-from tests.integration.cluster import alive, endpoints, kill_group, launch, metrics, start_actor, stop, wait_for
+from tests.integration.cluster import (alive, assert_no_stragglers, endpoints, kill_group, launch, metrics, start_actor,
+                                      stop, wait_for)
 
 pytestmark = pytest.mark.integration
 SMOKE = ("--config", "configs/smoke.toml", "--total-steps", "10000000")
@@ -46,8 +47,10 @@ def test_only_allowed_keys_join_and_a_joiner_widens_the_rollout(tmp_path):
     finally:
         if extra is not None:
             kill_group(extra)
-        assert stop(proc) is not None
-    assert proc.returncode == 0
+        out = stop(proc)
+    assert proc.returncode == 0, out[-2000:]  # a clean stop on SIGTERM: a final checkpoint, every process gone
+    assert "final checkpoint" in (run_dir / "learner.log").read_text(), out[-2000:]
+    assert_no_stragglers(run_dir)
 
 
 def test_kill_actor_mid_rollout_training_goes_on_and_it_is_restarted(tmp_path):

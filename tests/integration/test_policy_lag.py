@@ -33,7 +33,7 @@ from learner.ppo import PPOUpdater
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.transport import connect_dealer
-from tests.integration.cluster import kill_group, launch, metrics, wait_for
+from tests.integration.cluster import kill_group, launch, metrics, run_launch, wait_for
 
 pytestmark = pytest.mark.integration
 T, K, ROLLOUTS, EPOCHS, MINIBATCHES, SEED = 8, 2, 7, 8, 4, 1
@@ -203,3 +203,93 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
             torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=0,
                                        msg=lambda text: f"update {r}, {name}: {text}")
     assert truncations > 0, "no truncation inside a replayed rollout: the test would not see it treated as a termination"
+
+
+def play(address: str, deadline: float, leave_at: int | None = None) -> list[np.ndarray]:
+    """Join with K Pendulum envs and answer every Actions until the learner says goodbye, or say goodbye
+    on receiving Actions number `leave_at` (0-based) instead of stepping: its outcome never arrives.
+    Returns the observations sent, in order."""
+    ctx = zmq.Context()
+    sock = connect_dealer(ctx, address, 1 << 20)
+    group, sent = None, []
+    try:
+        sock.send_multipart(m.encode(m.Handshake(K, f"player-{leave_at}")))
+
+        def recv():
+            while time.monotonic() < deadline:
+                if sock.poll(100):
+                    return m.decode(sock.recv_multipart())
+            raise AssertionError("the learner went silent")
+
+        welcome = recv()
+        assert isinstance(welcome, m.Welcome), welcome
+        envs = [make_env(EnvSettings.from_dict(welcome.env), seed) for seed in welcome.seeds]
+        group = EnvGroup(envs, welcome.seeds, describe_spaces(envs[0])[1])
+        report, received = group.first_report(0), 0
+        while True:
+            sent.append(report.obs.copy())
+            sock.send_multipart(m.encode(report))
+            msg = recv()
+            if isinstance(msg, m.Goodbye):
+                return sent
+            assert isinstance(msg, m.Actions), msg
+            if received == leave_at:
+                sock.send_multipart(m.encode(m.Goodbye("leaving before this step's outcome")))
+                sock.close(linger=2000)  # until the goodbye has left
+                return sent
+            received += 1
+            report = group.step(0, msg.actions)
+    finally:
+        if group is not None:
+            group.close()
+        sock.close(linger=0)
+        ctx.term()
+
+
+def test_a_lagged_run_with_an_empty_rollout_trains_on_exactly_the_rollouts_collected(tmp_path):
+    """Update 2 runs (slowly: many tiny minibatches) while rollout 3 is collected; rollout 3's only actor
+    leaves before its first outcome, so it holds no valid step; rollout 4, from a new actor, must not be
+    written into the buffer update 2 is still reading (issue 20). batch_checksum is the sum of the
+    observations each update read, taken after its last epoch."""
+    run_dir, steps = tmp_path / "empty", 16
+    proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), "--actors", "0",
+                  "--total-steps", str(3 * steps * K), "--set", "run.policy_lag=1", "--set", "run.batch_checksum=true",
+                  "--set", f"cluster.min_envs={K}", "--set", "normalize.obs=false", "--set", "normalize.reward=false",
+                  "--set", f"ppo.num_steps={steps}", "--set", "ppo.update_epochs=60",
+                  "--set", f"ppo.num_minibatches={steps * K}")
+    try:
+        address = wait_for(lambda: (run_dir / "endpoints.json").exists()
+                           and json.loads((run_dir / "endpoints.json").read_text()), 60, "endpoints", proc)["address"]
+        first = play(address, time.monotonic() + 120, leave_at=2 * steps)  # rollouts 1 and 2, then rollout 3's step 0
+        second = play(address, time.monotonic() + 120)  # rollout 4, while update 2 may still run
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out[-2000:]
+    finally:
+        kill_group(proc)
+    rows = metrics(run_dir)
+    assert [r["update"] for r in rows] == [1, 2, 3] and all(r["env_slots"] == K for r in rows), rows
+    assert len(first) == 2 * steps + 1 and len(second) >= steps
+    collected = [first[:steps], first[steps:2 * steps], second[:steps]]
+    for row, obs in zip(rows, collected):
+        expected = float(np.sum(np.stack(obs).astype(np.float64)))
+        assert row["batch_checksum"] == pytest.approx(expected, rel=1e-9, abs=1e-9), \
+            f"update {row['update']} trained on other observations than its rollout's"
+    log_text = (run_dir / "learner.log").read_text()
+    assert "actor player-32 left: said goodbye" in log_text
+
+
+def test_a_lagged_runs_elapsed_time_is_its_wall_time(tmp_path):
+    """With policy lag an update's metrics line is written after the next rollout was collected: elapsed_s
+    must still be wall clock (not collection counted twice), from the learner's start to its last line."""
+    run_dir = tmp_path / "clock"
+    result = run_launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "24576",
+                        "--set", "run.policy_lag=1", "--set", "ppo.update_epochs=4", timeout=180)
+    assert result.returncode == 0, result.stdout[-2000:]
+    rows = metrics(run_dir)
+    assert len(rows) >= 90 and all(r["policy_lag"] == 1 for r in rows)
+    # the learner writes endpoints.json as it starts and the last metrics line at its last update
+    wall = (run_dir / "metrics.jsonl").stat().st_mtime - (run_dir / "endpoints.json").stat().st_mtime
+    assert rows[-1]["elapsed_s"] == pytest.approx(wall, rel=0.10), (rows[-1]["elapsed_s"], wall)
+    assert all(b["elapsed_s"] > a["elapsed_s"] for a, b in zip(rows, rows[1:]))
+    collect, update = sum(r["collect_s"] for r in rows), sum(r["update_s"] for r in rows)
+    assert collect <= wall and update <= wall, "rollouts follow each other, and so do updates: each sums below the wall"

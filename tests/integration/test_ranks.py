@@ -9,6 +9,7 @@ import signal
 import pytest
 import zmq
 
+from protocol.security import generate_keypair
 from tests.integration.cluster import (assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
                                        start_actor, stop, wait_for)
 
@@ -42,6 +43,42 @@ def test_a_remote_actor_lands_on_the_least_loaded_rank_and_an_empty_rank_blocks_
         out = stop(proc)
     assert proc.returncode == 0, out[-2000:]
     assert "final checkpoint" in (run_dir / "learner.log").read_text()
+    assert_no_stragglers(run_dir)
+
+
+def test_remote_actors_only_with_min_envs_start_every_rank_bound_to_every_interface(tmp_path):
+    """--actors 0 and cluster.min_envs = 8 over 2 ranks: rank 0 sends the second 4-env joiner to rank 1 before
+    any update (each rank's share is 4), at the address rank 1 advertises (never 0.0.0.0), and the job trains."""
+    from tests.integration.test_orphans import free_ports
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    allowed.mkdir()
+    learner_public, learner_secret = generate_keypair(keys, "learner")
+    actor_public, actor_secret = generate_keypair(keys, "actor")
+    (allowed / actor_public.name).write_text(actor_public.read_text())
+    run_dir, base = tmp_path / "wildcard", free_ports(4)
+    proc = launch(*CARTPOLE, "--actors", "0", "--run-dir", str(run_dir), "--set", "cluster.min_envs=8",
+                  "--set", f"cluster.address='tcp://*:{base}'", "--set", f"cluster.weights_address='tcp://*:{base + 1}'",
+                  "--set", "cluster.advertise_host='127.0.0.1'", "--set", f"cluster.server_key='{learner_secret}'",
+                  "--set", f"cluster.allowed_keys='{allowed}'")
+    actors = []
+    try:
+        info = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)
+        rank1 = f"tcp://127.0.0.1:{base + 2}"
+        assert info["ranks"] == [f"tcp://127.0.0.1:{base}", rank1] and info["address"] == f"tcp://0.0.0.0:{base}"
+        for name in ("first", "second"):
+            actors.append(start_actor(f"tcp://127.0.0.1:{base}", "--envs", "4", "--name", name,
+                                      "--server-key", str(learner_public), "--key", str(actor_secret)))
+        first = wait_for(lambda: metrics(run_dir), 120, "the first update", proc)[0]
+        assert first["rank_env_slots"] == [4, 4] and first["env_slots"] == 8, first
+        events = [e for r in metrics(run_dir) for e in r["events"]]
+        assert any(f"sent to the rank at {rank1}" in e for e in events), events
+        wait_for(lambda: len(metrics(run_dir)) >= 3, 90, "training on both ranks", proc)
+        assert all(r["rank_env_slots"] == [4, 4] for r in metrics(run_dir))
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        out = stop(proc)
+    assert proc.returncode == 0, out[-2000:]
     assert_no_stragglers(run_dir)
 
 

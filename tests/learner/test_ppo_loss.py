@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import numpy as np
@@ -169,17 +170,54 @@ def test_early_stop_on_target_kl():
     assert stats["epochs_run"] == 1
 
 
-def test_kl_variant_adapts_beta_and_state_round_trip():
+def _hand_kl(model, batch) -> float:
+    """KL(pi_old || pi_new) over the batch, by hand: the mean of (r - 1) - log r, r = pi_new / pi_old."""
+    with torch.no_grad():
+        new = model.evaluate(batch["obs"], batch["actions"])[0].double().numpy()
+    logratio = new - batch["logprobs"].double().numpy()
+    return float(np.mean(np.exp(logratio) - 1 - logratio))
+
+
+@pytest.mark.parametrize("scale, beta_after", [(3.0, 0.5), (1.0, 1.0), (1 / 3.0, 2.0)])
+def test_kl_variant_adapts_beta_from_the_kl_of_the_whole_update(scale, beta_after):
+    """beta follows the KL between the policy before and after the whole update, measured on its samples:
+    a target 3x the measured KL halves beta, 1x keeps it, 1/3 doubles it."""
+    probe = make_model()
+    cfg = PPOConfig(variant="kl", kl_beta=1.0, update_epochs=2, learning_rate=0.02)
+    PPOUpdater(probe, cfg, device="cpu").update(make_batch(make_model()), progress=0.0,
+                                                generator=torch.Generator().manual_seed(3))
+    measured = _hand_kl(probe, make_batch(make_model()))  # the same update, replayed below with a target
+    assert measured > 1e-4, "the update must move the policy for the test to mean anything"
     model = make_model()
-    cfg = PPOConfig(variant="kl", kl_target=1e3, kl_beta=1.0, update_epochs=1)  # measured KL far below target
+    batch = make_batch(model)
+    cfg = dataclasses.replace(cfg, kl_target=measured * scale)
+    updater = PPOUpdater(model, cfg, device="cpu")
+    stats = updater.update(batch, progress=0.0, generator=torch.Generator().manual_seed(3))
+    assert stats["update_kl"] == pytest.approx(_hand_kl(model, batch), rel=1e-6)
+    assert stats["update_kl"] == pytest.approx(measured, rel=1e-6)
+    assert stats["kl_beta"] == pytest.approx(beta_after) and updater.beta == pytest.approx(beta_after)
+    assert "kl_penalty" in stats
+
+
+def test_kl_state_round_trip():
+    model = make_model()
+    cfg = PPOConfig(variant="kl", kl_target=0.01, kl_beta=1.0, update_epochs=1, learning_rate=1e-5)
     updater = PPOUpdater(model, cfg, device="cpu")
     stats = updater.update(make_batch(model), progress=0.0)
+    assert stats["update_kl"] < 0.01 / 1.5  # a tiny step: the KL is far below the target's band
     assert stats["kl_beta"] == pytest.approx(0.5) and updater.beta == pytest.approx(0.5)
-    assert "kl_penalty" in stats
     other = PPOUpdater(make_model(), cfg, device="cpu")
     other.load_state_dict(updater.state_dict())
     assert other.beta == pytest.approx(0.5)
     assert other.optimizer.state_dict()["state"].keys() == updater.optimizer.state_dict()["state"].keys()
+
+
+def test_batch_checksum_is_the_sum_of_the_observations_read():
+    model = make_model()
+    batch = make_batch(model)
+    stats = PPOUpdater(model, PPOConfig(update_epochs=1), device="cpu", batch_checksum=True).update(batch, 0.0)
+    assert stats["batch_checksum"] == pytest.approx(float(batch["obs"].double().numpy().sum()), rel=1e-12)
+    assert "batch_checksum" not in PPOUpdater(model, PPOConfig(update_epochs=1), device="cpu").update(batch, 0.0)
 
 
 def test_update_deterministic_with_generator():
