@@ -178,7 +178,7 @@ def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
     name_process("eval")
     logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from learner.eval_worker import run
+    from learner.evaluation.worker import run
     sys.exit(run(from_dict(cfg_dict), run_dir, parent_pid))
 
 

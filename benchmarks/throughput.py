@@ -127,7 +127,7 @@ def _asyncvec_worker(env_id: str, num_envs: int, torch_threads: int, num_steps: 
     import torch
     from actor.envs import describe_spaces, make_env
     from learner.config import ModelConfig
-    from learner.model import build_model
+    from learner.model.networks import build_model
     from protocol.settings import EnvSettings
     if torch_threads:
         torch.set_num_threads(torch_threads)  # what the learner does with run.torch_threads

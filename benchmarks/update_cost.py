@@ -20,8 +20,8 @@ from typing import Callable
 import torch
 
 from learner.config import ModelConfig, PPOConfig
-from learner.model import build_model
-from learner.ppo import PPOUpdater
+from learner.model.networks import build_model
+from learner.update.ppo import PPOUpdater
 from protocol.spaces import SpaceSpec
 
 N = 1024

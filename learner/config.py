@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from learner.actors import MAX_ENV_SLOTS
+from learner.gateway.registry import MAX_ENV_SLOTS
 from protocol.settings import EnvSettings
 
 

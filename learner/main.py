@@ -21,22 +21,24 @@ from pathlib import Path
 import torch
 import zmq
 
-from learner import checkpoint
-from learner.batch import TrainingBatch, empty_batch, rollout_to_batch
-from learner.collector import Collector, EpisodeStats
 from learner.config import Config, ConfigError, check_multi_rank
-from learner.distributed import (Ranks, RanksLost, advertised_address, checksum, env_rank, joiner_rank,
-                                 local_slots_of_rank, min_envs_of_rank, rank_address)
-from learner.gateway import Gateway
-from learner.evaluate import broadcast_state
-from learner.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
-from learner.model import build_model
-from learner.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
-from learner.policy import Policy
-from learner.ppo import PPOUpdater
 from learner.stalls import Stalled, Watchdog
-from learner.update_runner import UpdateRunner
-from learner.weights import WeightPublisher
+from learner.gateway.gateway import Gateway
+from learner.gateway.registry import ActorRegistry
+from learner.collection.collector import Collector
+from learner.collection.inference import Inference
+from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
+from learner.update.ppo import PPOUpdater
+from learner.update.runner import UpdateRunner
+from learner.update.ranks import (RankBalancer, Ranks, RanksLost, advertised_address, checksum, env_rank,
+                                 local_slots_of_rank, min_envs_of_rank, rank_address)
+from learner.weights import checkpoint
+from learner.weights.message import broadcast_state
+from learner.weights.publisher import WeightPublisher
+from learner.model.networks import build_model
+from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
+from learner.report.episodes import EpisodeStats
+from learner.report.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
 from protocol.settings import EnvSettings
 
 log = logging.getLogger("learner")
@@ -209,47 +211,51 @@ class Learner:
         if resume and ranks.main:
             self._resume()
         self._sync_from_rank0()
+        c = cfg.cluster
+        self.registry = ActorRegistry()  # who is connected: the gateway admits them, the collector serves them
+        self.balancer = self._balancer()  # rank 0 of several: which rank a joiner goes to
         self._open_sockets(actor_env, actor_obs_space, action_space)
         if stack > 1:
             log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
-        self.policy = Policy(model, action_space, device, self.obs_norm,
-                             seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank, random_actions=r.random_policy,
-                             value_norm=self.value_norm)
+        self.lagged = r.policy_lag > 0 and not r.collect_only
+        # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
+        self.policy = Inference(copy.deepcopy(model) if self.lagged else model, action_space, device, self.obs_norm,
+                                seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
+                                random_actions=r.random_policy, value_norm=self.value_norm)
+        # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
+        self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * c.collective_timeout_s))
         self.collector = Collector(
-            self.gateway, self.policy, p.num_steps, obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32),
-            action_space.shape, torch.long if action_space.kind == "discrete" else torch.float32, device,
-            cfg.cluster.actor_timeout_s, lockstep=r.deterministic, frame_stack=stack,
-            startup_timeout_s=cfg.cluster.startup_timeout_s)
-        self.collector.version = self.state["version"]
-        self.collector.flow_through = r.collect_only and not r.deterministic  # no update: no weights to wait for
+            self.gateway, self.registry, self.policy, p.num_steps, obs_space.shape,
+            TORCH_DTYPES.get(obs_space.dtype, torch.float32), action_space.shape,
+            torch.long if action_space.kind == "discrete" else torch.float32, device, c.actor_timeout_s,
+            lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,
+            double_buffer=self.lagged, flow_through=r.collect_only and not r.deterministic,  # collect-only: no weights to wait for
+            watchdog=self.watchdog)
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
         self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
         if ranks.main:
             self.metrics = MetricsWriter(run_dir, cfg)
             self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
-        c = cfg.cluster
         self.min_envs = min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, ranks.rank)
-        # where rank 0 sends joiners: until the first update's count, each rank's share of min_envs is its
-        # target and its own local actors its load (they join it directly), so that every rank can start
-        self.rank_targets = [min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, rank)
-                             for rank in range(ranks.world)]
-        self.rank_slots = [local_slots_of_rank(c.actors, c.envs_per_actor, c.learners, rank)
-                           for rank in range(ranks.world)]  # live env slots per rank, as rank 0 knows them
         self.empty = empty_batch(self.collector, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.lagged = r.policy_lag > 0 and not r.collect_only
-        if self.lagged:  # Cleanba: actors are served by a copy holding the previous weights while the update runs
-            self.policy.model = copy.deepcopy(model)
-            self.collector.double_buffer = True
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
-        if ranks.distributed and ranks.main:
-            self.gateway.redirect_to = self._redirect_to
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
         self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
-        self.watchdog: Watchdog | None = None  # armed while training
+
+    def _balancer(self) -> RankBalancer | None:
+        """Rank 0 of a multi-rank job sends joiners to the other ranks: until the first update's count each
+        rank's share of min_envs is its target and its own local actors its load (they join it directly)."""
+        if not (self.ranks.distributed and self.ranks.main):
+            return None
+        c, world = self.cfg.cluster, self.ranks.world
+        targets = [min_envs_of_rank(c.min_envs, self.cfg.num_envs, c.actors, c.envs_per_actor, c.learners, rank)
+                   for rank in range(world)]
+        loads = [local_slots_of_rank(c.actors, c.envs_per_actor, c.learners, rank) for rank in range(world)]
+        return RankBalancer(self.registry.num_slots, targets, loads)
 
     def _open_sockets(self, actor_env, actor_obs_space, action_space) -> None:
         """The gateway (actors' requests) and the weight publisher, bound at this rank's addresses."""
@@ -266,11 +272,14 @@ class Learner:
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
             self.gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
                                    cfg.run.seed + 100_003 * ranks.rank, self.state["update"], run_id,
-                                   cfg.cluster.max_message_mb << 20, curve=self.curve)
+                                   cfg.cluster.max_message_mb << 20, curve=self.curve, registry=self.registry,
+                                   redirect=self.balancer)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
             self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
         advertised = advertised_address(self.gateway.endpoint, cfg.cluster.advertise_host)
         self.rank_addresses = ranks.gather_strings(advertised)  # where rank 0 redirects joiners: reachable
+        if self.balancer is not None:
+            self.balancer.know(self.rank_addresses)
         write_endpoints(self.run_dir, {"address": self.gateway.endpoint, "weights_address": self.publisher.endpoint,
                                        "advertised": advertised, "pid": os.getpid(), "run_id": run_id,
                                        "rank": ranks.rank, "ranks": self.rank_addresses}, ranks.rank)
@@ -334,14 +343,10 @@ class Learner:
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
         in_flight = None  # policy lag: the update that runs while the next rollout is collected
-        # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
-        self.watchdog = Watchdog(self.run_dir / log_name(self.ranks.rank),
-                                 max(r.watchdog_s, 2 * self.cfg.cluster.collective_timeout_s))
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
-        self.collector.watchdog = self.watchdog
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
-            rollout = self.collector.collect(self._envs_needed(), self.stop)
+            rollout = self.collector.collect(self._envs_needed(), self.stop, state["version"])
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
@@ -379,17 +384,6 @@ class Learner:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
 
-    def _redirect_to(self, num_envs: int) -> str | None:
-        """Rank 0 sends a joiner to the rank furthest below its target: before the first update each rank's
-        share of min_envs, rank 0's own last (so every rank can start its first rollout), after it the least
-        loaded rank."""
-        loads = [self.gateway.registry.num_slots(), *self.rank_slots[1:]]
-        best = joiner_rank(loads, self.rank_targets)
-        if best == 0:
-            return None
-        self.rank_slots[best] += num_envs  # until the next update's count says otherwise
-        return self.rank_addresses[best]
-
     def _note_idle(self) -> None:
         if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
             self.idle_said = time.monotonic()
@@ -417,17 +411,17 @@ class Learner:
         self.state["elapsed_s"] = self.elapsed_at_start + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
         if self.lagged:
-            self.policy.model.load_state_dict(self.model.state_dict())
+            self.policy.follow(self.model)
         self.state["version"] += 1
-        self.collector.version = self.state["version"]
         self.publisher.publish(self.weights, self.state["version"])
         self.collector.forgive_pause()
         for ret, length in self.ranks.gather_pairs(self.collector.episodes.take_new()):
             self.episodes.add(ret, int(length))
         widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
-        actors = self.ranks.gather_ints(len(self.gateway.registry))
-        self.rank_slots = self.ranks.gather_ints(self.gateway.registry.num_slots())
-        self.rank_targets = [0] * self.ranks.world  # from now on: the least loaded rank
+        actors = self.ranks.gather_ints(len(self.registry))
+        rank_slots = self.ranks.gather_ints(self.registry.num_slots())
+        if self.balancer is not None:
+            self.balancer.after_update(rank_slots)
         sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
         # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
         rejected, dropped = map(int, self.ranks.sum([self.gateway.rejected, job.batch.dropped if job.batch else 0]))

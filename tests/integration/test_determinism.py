@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from learner.metrics import TIMING_FIELDS
+from learner.report.metrics import TIMING_FIELDS
 from tests.integration.cluster import assert_no_stragglers, run_launch
 
 pytestmark = pytest.mark.integration

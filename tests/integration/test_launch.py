@@ -14,7 +14,7 @@ import torch
 
 from tests.integration.cluster import (ROOT, assert_no_stragglers, assert_session_gone, kill_group, launch, metrics,
                                       run_launch, stop, wait_for)
-from learner.metrics import FIELDS
+from learner.report.metrics import FIELDS
 
 pytestmark = pytest.mark.integration
 

@@ -27,9 +27,9 @@ import zmq
 from actor.envs import describe_spaces, make_env
 from actor.runner import EnvGroup
 from learner.config import load
-from learner.gae import compute_gae
-from learner.model import build_model
-from learner.ppo import PPOUpdater
+from learner.advantages.gae import compute_gae
+from learner.model.networks import build_model
+from learner.update.ppo import PPOUpdater
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.transport import connect_dealer

@@ -100,7 +100,7 @@ def test_evaluate_command_prints_statistics_and_records_video(run):
 
 
 def test_evaluate_best_checkpoint_greedy_with_sticky_actions(run, capsys):
-    from learner.evaluate import main
+    from learner.evaluation.evaluate import main
     best = run / "checkpoints" / "best.pt"
     assert main([str(best), "--episodes", "1", "--greedy", "--sticky-actions", "0.25", "--max-steps", "30"]) == 0
     out = capsys.readouterr().out
@@ -113,14 +113,14 @@ def test_evaluate_best_checkpoint_greedy_with_sticky_actions(run, capsys):
     (["--video", "x.gif"], "--video must name an .mp4 file"),
 ])
 def test_evaluate_rejects_bad_arguments(run, capsys, args, message):
-    from learner.evaluate import main
+    from learner.evaluation.evaluate import main
     assert main([str(run), *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
 def test_evaluate_rejects_missing_path(tmp_path, capsys):
-    from learner.evaluate import main
+    from learner.evaluation.evaluate import main
     assert main([str(tmp_path / "nope")]) == 2
     assert main([str(tmp_path)]) == 2  # a directory without checkpoints
     err = capsys.readouterr().err
@@ -134,7 +134,7 @@ def test_plot_command_writes_a_png(run, tmp_path):
     png = run / "plot.png"
     data = png.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000
-    from learner.plot import main
+    from learner.report.plot import main
     assert main([str(run), str(run), "-o", str(tmp_path / "two.png")]) == 0  # several runs, one figure
     assert (tmp_path / "two.png").read_bytes().startswith(PNG_SIGNATURE)
     assert main([str(run), str(tmp_path)]) == 2  # tmp_path has no metrics.jsonl
@@ -161,7 +161,7 @@ def test_tensorboard_holds_every_metric(run):
 
 
 def test_checkpoint_housekeeping_keeps_newest_plus_best(run):
-    from learner import checkpoint
+    from learner.weights import checkpoint
     ckpt_dir = run / "checkpoints"
     kept = checkpoint.list_checkpoints(ckpt_dir)
     assert len(kept) == KEEP

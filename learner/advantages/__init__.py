@@ -1,0 +1,1 @@
+"""A finished rollout becomes a training batch: bootstrap values, reward scaling, GAE."""

@@ -1,0 +1,50 @@
+"""A finished rollout becomes a training batch: bootstrap values, reward scaling, GAE, then a flat batch.
+
+This is the step between collection and the PPO update (CleanRL's "bootstrap value if not done" block),
+kept out of the learner loop so that it can be tested with hand-made rollouts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from learner.advantages.gae import compute_gae
+from learner.model.normalize import RewardScaler
+from learner.rollout.buffer import RolloutBuffer
+
+
+@dataclass
+class TrainingBatch:
+    data: dict[str, torch.Tensor]  # obs, actions, logprobs, values, advantages, returns: flat [n_valid, ...]
+    n_valid: int                   # env steps this rollout contributes (masked steps excluded)
+    dropped: int                   # T x N minus n_valid: steps of vanished actors cut from the rollout
+    width: int                     # env slots (columns) the rollout began with
+
+
+def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: float,
+                     reward_scaler: RewardScaler | None = None) -> TrainingBatch | None:
+    """None when the rollout holds no valid step (every actor vanished before its first outcome)."""
+    extra = buf.finish(value_fn)
+    valid, dones = extra["valid"], extra["dones"]
+    n_valid = int(valid.sum())
+    if n_valid == 0:
+        return None
+    rewards = buf.rewards
+    if reward_scaler is not None:
+        reward_scaler.reset([buf.slots[c] for c in sorted(buf.fresh)])  # a new env's return starts at 0
+        rewards = reward_scaler(rewards, dones, slots=buf.slots, valid=valid).to(buf.device)
+    advantages, returns = compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones, gamma, gae_lambda)
+    # all valid (the usual case): views, not a copy of the whole rollout
+    take = (lambda x: x.flatten(0, 1)) if n_valid == valid.numel() else (lambda x: x[valid])
+    data = {"obs": take(buf.obs), "actions": take(buf.actions), "logprobs": take(buf.logprobs),
+            "values": take(buf.values), "advantages": take(advantages), "returns": take(returns)}
+    return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
+
+
+def empty_batch(collector, device) -> dict[str, torch.Tensor]:
+    """What a rank without actors brings to an update it must still take part in: no samples."""
+    obs_shape, obs_dtype, action_shape, action_dtype = collector.layout
+    return {"obs": torch.empty((0, *obs_shape), dtype=obs_dtype, device=device),
+            "actions": torch.empty((0, *action_shape), dtype=action_dtype, device=device),
+            **{k: torch.empty(0, device=device) for k in ("logprobs", "values", "advantages", "returns")}}

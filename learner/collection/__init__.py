@@ -1,0 +1,1 @@
+"""Step reports in, frame stacks, batched inference, actions out: filling a rollout."""

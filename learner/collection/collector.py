@@ -1,0 +1,294 @@
+"""Fills one rollout: step reports in, batched inference, actions out, until every live column has T steps.
+
+Each actor group is served as soon as its report arrives (batched with whatever else is waiting), so a
+slow actor delays only itself. In deterministic mode the collector waits for every group and infers
+them in slot order, so the result does not depend on process scheduling.
+
+With `flow_through` (collect-only runs, where the weights never change between rollouts) a group that
+has done its T steps goes straight on into the next rollout instead of idling until the slowest group
+catches up.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from learner.gateway.registry import ActorEntry, ActorRegistry
+from learner.collection.framestack import LearnerFrameStack
+from learner.report.episodes import EpisodeStats
+from learner.gateway.gateway import Gateway
+from learner.collection.inference import Inference
+from learner.rollout.buffer import RolloutBuffer
+from learner.stalls import Stalled, Watchdog
+from protocol import messages as m
+
+log = logging.getLogger("learner")
+
+
+@dataclass
+class Waiting:
+    """One actor group's newest observation, waiting for actions."""
+    actor: ActorEntry
+    group: int
+    slots: list[int]
+    obs: np.ndarray
+    episodes: list = field(default_factory=list)
+    buffer: RolloutBuffer | None = None  # the rollout its actions go into
+    fresh: bool = False  # its envs were just (re)started: a join, or a restart
+
+
+class Collector:
+    def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, num_steps: int, obs_shape: tuple,
+                 obs_dtype: torch.dtype, action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
+                 actor_timeout_s: float, lockstep: bool = False, frame_stack: int = 1, startup_timeout_s: float = 0.0,
+                 double_buffer: bool = False, flow_through: bool = False, watchdog: Watchdog | None = None):
+        """`registry` is the gateway's (who is connected); `double_buffer` (policy lag): the previous rollout
+        is still being trained on while this one fills; `flow_through` (collect-only): see the module doc;
+        `watchdog` is petted on every pass (the collector's loops are the learner's)."""
+        self.gateway, self.registry, self.policy = gateway, registry, policy
+        self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
+        self.num_steps, self.device = num_steps, device
+        self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
+        self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
+        self.startup_timeout_s = startup_timeout_s  # 0: the first rollout waits for its actors for ever
+        self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
+        self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
+        self.buffer: RolloutBuffer | None = None
+        self.next: RolloutBuffer | None = None  # flow_through: the rollout early groups went on into
+        self.double_buffer, self.flow_through = double_buffer, flow_through
+        self.version = 0  # of the weights actions are computed with (given to each collect)
+        self._older: RolloutBuffer | None = None
+        self.rollouts = 0  # started so far (in this process)
+        self.heard = 0.0  # when the last message from an actor arrived
+        self.watchdog = watchdog
+        self.episodes = EpisodeStats()
+
+    def parked_slots(self) -> int:
+        return sum(len(w.slots) for w in self.parked.values())
+
+    def collect(self, min_envs: int, should_stop, version: int = 0) -> RolloutBuffer | None:
+        """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
+        stop first. The learner asks for its min_envs before the first rollout and for 1 after, so a run
+        goes on after actors are lost for good (with no live env at all it waits, saying so). 0: start at
+        once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner).
+        `version`: the weights the actions are computed with, sent with them."""
+        self.version = version
+        if self.next is not None:  # groups already went on into it while the last one finished
+            self._older, self.buffer, self.next = self.buffer, self.next, None
+        else:
+            if min_envs == 0:
+                self._pump(100)  # admit handshakes and first reports before deciding who is in
+            if not self._await_envs(min_envs, should_stop):
+                return None
+            self._start_rollout()
+        self.rollouts += 1
+        self.heard = time.monotonic()
+        while not self.buffer.is_complete():
+            if should_stop():
+                return None
+            self._pump(100)
+            if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
+                self._check_stall()
+        return self.buffer
+
+    def _check_stall(self) -> None:
+        """Nothing arrived for actor_timeout_s mid-rollout. Unless some actor owes a report (liveness
+        retires it if it stays silent), nobody will ever finish the unfinished columns: the run ends,
+        saying where each one stands."""
+        buf, owing, stuck = self.buffer, set(), []
+        for col in range(buf.N):
+            if buf.dead[col] or buf.completed[col] >= buf.T:
+                continue
+            key = self._group_of(col)
+            actor = self._actor_of(col)
+            if actor is not None and key[1] in actor.owes:
+                owing.add(f"{actor.name} group {key[1]}")
+                continue
+            where = ("waiting for inference" if key in self.waiting else
+                     "parked for the next rollout" if key in self.parked else "owed by nobody")
+            stuck.append(f"slot {buf.slots[col]} at step {buf.completed[col]}/{buf.T} ({where})")
+        if not owing:
+            raise Stalled(f"rollout {self.rollouts} cannot finish, no actor owes it a step: {', '.join(stuck)}")
+        log.warning("no step report for %.0fs; the rollout waits on %s (an actor silent for %gs is retired)",
+                    time.monotonic() - self.heard, ", ".join(sorted(owing)), self.actor_timeout_s)
+        self.heard = time.monotonic()
+
+    def _await_envs(self, need: int, should_stop) -> bool:
+        """Wait for `need` env slots ready to start a rollout, logging every actor_timeout_s. The first
+        rollout's wait ends the run (Stalled) past startup_timeout_s, saying who it waited on."""
+        start = said = time.monotonic()
+        while self.parked_slots() < need:
+            if should_stop():
+                return False
+            self._pump(100)
+            now = time.monotonic()
+            if self.rollouts == 0 and self.startup_timeout_s and now - start > self.startup_timeout_s:
+                raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
+                              f"(cluster.startup_timeout_s): {self._waiting_on(need)}")
+            if now - said >= self.actor_timeout_s:
+                said = now
+                log.warning("%s", self._waiting_line(need))
+        return True
+
+    def _waiting_line(self, need: int) -> str:
+        return (f"waiting for actors to start the {'first' if self.rollouts == 0 else 'next'} rollout: "
+                f"{self._waiting_on(need)}; to add one: {self.gateway.join_command(need - self.parked_slots())}")
+
+    def _waiting_on(self, need: int) -> str:
+        retired = self.gateway.retired
+        last = f"; {len(retired)} retirements so far, the last: {next(reversed(retired.values()))}" if retired else ""
+        return f"{self.parked_slots()} env slots ready, {need} needed; {self.gateway.describe()}{last}"
+
+    def _start_rollout(self) -> None:
+        groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
+        slots = [s for w in groups for s in w.slots]
+        reuse = self._older if self.double_buffer else self.buffer
+        self._older = self.buffer
+        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse)
+        for w in groups:
+            w.buffer = self.buffer
+            self._mark_fresh(w)
+        self.waiting, self.parked = {(w.actor.actor_id, w.group): w for w in groups}, {}
+        self._infer()
+
+    def _start_next(self) -> None:
+        """Open the following rollout for the current one's live columns and every parked group."""
+        buf = self.buffer
+        live = {s for c, s in enumerate(buf.slots) if not buf.dead[c]}
+        slots = sorted(live.union(*(w.slots for w in self.parked.values())))  # parked: joiners, or done early
+        self.next = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self._older)
+        for key, w in self.parked.items():
+            w.buffer = self.next
+            self._mark_fresh(w)
+            self.waiting[key] = w
+        self.parked = {}
+
+    @staticmethod
+    def _mark_fresh(w: Waiting) -> None:
+        if w.fresh:
+            w.buffer.fresh.update(w.buffer.columns(w.slots))
+            w.fresh = False
+
+    def _pump(self, timeout_ms: int) -> None:
+        items = self.gateway.poll(timeout_ms)
+        if self.watchdog is not None:
+            self.watchdog.pet()
+        if items:
+            self.heard = time.monotonic()
+        self._cut_departed()
+        for item in items:
+            if self.registry.get(item.actor.identity) is not item.actor:
+                continue  # retired later in the same batch (a rejected message): its columns are cut already
+            if isinstance(item.msg, m.StepReport):
+                self._on_report(item.actor, item.msg)
+            else:  # Goodbye or Error: the actor is leaving
+                self.gateway.retire(item.actor, f"said {type(item.msg).__name__.lower()}: {item.msg.reason}",
+                                    tell=False)
+        self._infer()
+        self.gateway.check_liveness(self.actor_timeout_s)
+        self._cut_departed()
+
+    def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
+        slots = actor.group_slots(report.group)
+        buf = None if report.first else self._owed(slots[0])  # the rollout this step's outcome belongs to
+        if buf is None and not report.first:  # the gateway admitted an outcome no rollout waits for
+            self.gateway.retire(actor, f"step report for group {report.group} matches no actions sent")
+            return
+        episodes = list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
+        key = (actor.actor_id, report.group)
+        finals = dict(zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []))
+        obs = report.obs  # a view of the received frame (alive while referenced): copied once, into the rollout
+        if self.frames is not None:  # the actor sent newest frames only: stack them here
+            finals = {i: self.frames.with_frame(key, i, frame) for i, frame in finals.items()}
+            restart = np.ones(len(obs), bool) if report.first else report.terminated | report.truncated
+            obs = self.frames.push(key, obs, restart)
+        item = Waiting(actor, report.group, slots, obs, episodes, buf, fresh=report.first)
+        if buf is None:  # a new actor: it joins when the next rollout starts
+            self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
+            return
+        cols = buf.columns(slots)
+        buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
+        t = buf.completed[cols[0]] - 1
+        for i, final in finals.items():
+            if report.truncated[i] and not report.terminated[i]:
+                buf.final_obs[(t, cols[i])] = torch.from_numpy(final.copy())
+        if buf.wants_action(cols[0]):
+            self.waiting[key] = item
+            return
+        for col, o in zip(cols, obs):  # T steps done: this obs bootstraps the rollout and starts the next one
+            buf.bootstrap_obs[col] = torch.from_numpy(o.copy())
+        if self.flow_through and buf is self.buffer:
+            if self.next is None:
+                self._start_next()
+            if slots[0] in self.next.column:
+                item.buffer = self.next
+                self.waiting[key] = item
+                return
+        self.parked[key] = item
+
+    def _owed(self, slot: int) -> RolloutBuffer | None:
+        """The rollout holding an action for `slot` whose outcome has not arrived yet."""
+        for buf in (self.buffer, self.next):
+            if buf is not None and slot in buf.column and buf.completed[buf.column[slot]] < buf.acted[buf.column[slot]]:
+                return buf
+        return None
+
+    def _infer(self) -> None:
+        if not self.waiting or self.buffer is None:
+            return
+        if self.lockstep and any(self.buffer.wants_action(c) and self._group_of(c) not in self.waiting
+                                 for c in range(self.buffer.N)):
+            return
+        batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
+        self.waiting = {}
+        self._count_episodes(batch)
+        result = self.policy.act(batch[0].obs if len(batch) == 1 else np.concatenate([w.obs for w in batch]))
+        start = 0
+        for w in batch:
+            end = start + len(w.slots)
+            if self.registry.get(w.actor.identity) is not w.actor:
+                start = end
+                continue
+            w.buffer.record_actions(w.buffer.columns(w.slots), result.obs[start:end], result.actions_t[start:end],
+                                    result.logprobs[start:end], result.values[start:end])
+            self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
+            start = end
+        self._cut_departed()
+
+    def _actor_of(self, col: int) -> ActorEntry | None:
+        slot = self.buffer.slots[col]
+        return next((actor for actor in self.registry.by_identity.values() if slot in actor.slots), None)
+
+    def _group_of(self, col: int) -> tuple[int, int] | None:
+        """The (actor id, group) key of the group that holds column col, or None."""
+        actor = self._actor_of(col)
+        return None if actor is None else (actor.actor_id, actor.slots.index(self.buffer.slots[col]) // actor.group_size)
+
+    def _count_episodes(self, batch: list[Waiting]) -> None:
+        for w in batch:  # in slot order, so the last-100 window is scheduling-independent in lockstep
+            for ret, length in w.episodes:
+                self.episodes.add(ret, length)
+
+    def _cut_departed(self) -> None:
+        for actor in self.gateway.take_departed():
+            self._cut(actor)
+
+    def _cut(self, actor: ActorEntry) -> None:
+        """An actor left: its groups stop waiting and its columns end where they are."""
+        for key in [k for k in (*self.waiting, *self.parked) if k[0] == actor.actor_id]:
+            self.waiting.pop(key, None)
+            self.parked.pop(key, None)
+        if self.frames is not None:
+            for group in range(actor.groups):
+                self.frames.forget((actor.actor_id, group))
+        for buf in (self.buffer, self.next):
+            for slot in actor.slots if buf is not None else ():
+                if slot in buf.column:
+                    buf.mark_dead(buf.column[slot])
+
+    def forgive_pause(self) -> None:
+        self.registry.touch_all()

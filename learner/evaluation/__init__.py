@@ -1,0 +1,1 @@
+"""Playing whole games with a policy: the evaluate command's library and the eval worker."""

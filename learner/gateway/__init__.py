@@ -1,0 +1,1 @@
+"""The learner's door: the ROUTER socket, handshakes, validation, the actor registry."""

@@ -1,0 +1,259 @@
+"""The learner's door: one ROUTER socket, handshakes, validation of everything that arrives.
+
+Whatever bytes come in, the gateway either turns them into a validated message from a registered actor
+or rejects them with one log line naming the peer and the reason (counted in `rejected`). It never
+raises on peer input.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import zmq
+
+from protocol import messages as m
+from protocol.errors import ProtocolError
+from protocol.settings import EnvSettings
+from protocol.spaces import SpaceSpec
+from protocol.transport import bind_router
+from learner.gateway.registry import BAN_S, ActorEntry, ActorRegistry
+
+log = logging.getLogger("learner")
+
+MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
+MAX_REMEMBERED_RETIREMENTS = 1024  # retired identities whose reason is kept, to tell them why
+_NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
+
+
+def env_seed(run_seed: int, slot: int, generation: int, reuse: int = 0) -> int:
+    """Each slot's env seed: distinct per slot, fresh after a resume (generation = start update), and
+    fresh each time a freed slot is handed to another actor (reuse), so a restarted actor does not
+    replay the random streams of the one it replaces."""
+    if reuse == 0:  # a slot's first use keeps the seeds runs have always had
+        return (run_seed * 1_000_003 + slot * 7919 + generation * 104_729) % (2**31 - 1)
+    # hashed, not linear: a linear mix of slot, generation and reuse could repeat another slot's seed
+    return int(np.random.SeedSequence([run_seed, slot, generation, reuse]).generate_state(1)[0]) % (2**31 - 1)
+
+
+@dataclass
+class Incoming:
+    actor: ActorEntry
+    msg: object
+
+
+def join_command(endpoint: str, num_envs: int, curved: bool = False) -> str:
+    """`python -m actor --learner ADDRESS --envs K` for the address bound (a wildcard host becomes this
+    host's name), with the key options when the learner requires CURVE keys."""
+    for wildcard in ("://*:", "://0.0.0.0:", "://[::]:"):
+        endpoint = endpoint.replace(wildcard, f"://{socket.gethostname()}:")
+    keys = " --server-key LEARNER.key --key YOUR.key_secret" if curved else ""
+    return f"python -m actor --learner {endpoint} --envs {max(num_envs, 1)}{keys}"
+
+
+class Gateway:
+    def __init__(self, ctx: zmq.Context, address: str, settings: EnvSettings, obs_space: SpaceSpec,
+                 action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
+                 curve=None, registry: ActorRegistry | None = None,
+                 redirect: Callable[[int], str | None] | None = None):
+        """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
+        of a multi-rank learner, names the rank a joiner should go to instead (None: stay here)."""
+        self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
+        self._poller = zmq.Poller()
+        self._poller.register(self.sock, zmq.POLLIN)
+        self.registry = registry if registry is not None else ActorRegistry()
+        self.redirect = redirect
+        self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)
+        self.settings, self.obs_space, self.action_space = settings, obs_space, action_space
+        self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
+        self.rejected = 0
+        self.curved = curve is not None
+        self.events: list[str] = []
+        self.retired: OrderedDict[bytes, str] = OrderedDict()  # identity -> why it was retired (bounded)
+
+    def close(self) -> None:
+        for entry in list(self.registry.by_identity.values()):
+            self._send(entry.identity, m.Goodbye("learner shutting down"))
+        self.sock.close(linger=1000)  # let the goodbyes leave before the connection drops
+
+    def join_command(self, num_envs: int) -> str:
+        """The command that joins an actor with num_envs envs here, for the lines that wait for actors."""
+        return join_command(self.endpoint, num_envs, self.curved)
+
+    def poll(self, timeout_ms: int) -> list[Incoming]:
+        """Everything that has arrived (waiting up to timeout_ms for the first message)."""
+        out = []
+        if not self._poller.poll(timeout_ms):  # kept: Socket.poll() would build a Poller per call
+            return out
+        for _ in range(MAX_BATCH_MESSAGES):
+            frames = self._recv()
+            if frames is None:
+                break
+            item = self._admit(frames)
+            if item is not None:
+                out.append(item)
+        return out
+
+    def _recv(self) -> list | None:
+        """One queued message as zmq.Frames (zero-copy), or None when none is left.
+
+        Not recv_multipart(): pyzmq's getsockopt (RCVMORE, EVENTS) looks the option up as a Python enum
+        on every call, several microseconds per message; Frame.more is a plain C read."""
+        try:
+            frame = self.sock.recv(_NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        frames = [frame]
+        while frame.more:  # the rest of a multipart message is already queued: no NOBLOCK needed
+            frame = self.sock.recv(copy=False)
+            frames.append(frame)
+        return frames
+
+    def _admit(self, frames) -> Incoming | None:
+        identity = bytes(frames[0])
+        if self.registry.is_banned(identity):
+            self.rejected += 1  # counted, not logged: the ban was logged once
+            return None
+        entry = self.registry.get(identity)
+        try:
+            msg = m.decode(frames[1:], expect=entry.expect if entry else None, max_bytes=self.max_bytes)
+        except ProtocolError as exc:
+            self._reject(identity, entry, str(exc))
+            if exc.message_type == "handshake":  # a refused actor is told why, not left waiting
+                self._answer(identity, m.Error(f"handshake refused: {exc}"))
+            return None
+        except Exception as exc:  # a decoder bug must cost one message, never the learner
+            return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
+        if isinstance(msg, m.Handshake):
+            if entry is not None:
+                self.retire(entry, "handshook again (restarted)", tell=False)
+            return self._handshake(identity, msg)
+        if entry is None:
+            return self._unknown(identity, msg)
+        if (why := entry.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
+            return self._reject(identity, entry, f"out of turn: {why}")
+        entry.accept(msg)
+        return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
+
+    def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
+        """Count and log a rejected message. A registered sender is retired at once (its last step is
+        unusable, and waiting for it would hold up the rollout): the cost is its own env slots. It may
+        rejoin; a peer that keeps sending what is rejected is banned for BAN_S."""
+        self.rejected += 1
+        who = entry.name if entry else f"peer {identity.hex()[:10]}"
+        log.warning("rejected message from %s: %s", who, reason)
+        banned = self.registry.strike(identity)
+        if banned:
+            log.warning("banning %s for %gs: too many rejected messages", who, BAN_S)
+        if entry is not None:
+            self.retire(entry, "too many rejected messages" if banned else f"sent a rejected message ({reason})")
+        return None
+
+    def _unknown(self, identity: bytes, msg) -> None:
+        """A valid message from an identity not registered: most likely an actor retired while still
+        alive (stopped, swapped out, cut off), which is told so and rejoins. Only step reports are
+        answered, one reply per message at most and none once the peer is banned, so a flood from
+        strangers cannot make the learner send more than it receives."""
+        why = self.retired.get(identity)
+        self._reject(identity, None, f"{type(msg).__name__} from an unregistered peer ({why or 'never joined'})")
+        if isinstance(msg, (m.StepReport, m.Starting)):
+            self._answer(identity, m.Error(f"{why or 'not registered here'}; hand-shake again to rejoin", rejoin=True))
+        return None
+
+    def _answer(self, identity: bytes, msg) -> None:
+        if not self.registry.is_banned(identity):
+            self._send(identity, msg)
+
+    def _handshake(self, identity: bytes, hs: m.Handshake) -> None:
+        problem = None
+        if hs.env_id is not None and hs.env_id != self.settings.env_id:
+            problem = f"env {hs.env_id!r} does not match the learner's {self.settings.env_id!r}"
+        elif hs.obs_space is not None and hs.obs_space.to_dict() != self.obs_space.to_dict():
+            problem = "observation space does not match the learner's"
+        elif hs.action_space is not None and hs.action_space.to_dict() != self.action_space.to_dict():
+            problem = "action space does not match the learner's"
+        if problem is None and self.redirect is not None and (target := self.redirect(hs.num_envs)) is not None:
+            self._answer(identity, m.Redirect(target, "that learner rank has the fewest live env slots"))
+            self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to the rank at {target}")
+            return None
+        if problem is None:
+            expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,
+                              obs_shape=self.obs_space.shape, obs_dtype=self.obs_space.dtype,
+                              action_shape=self.action_space.shape, max_bytes=self.max_bytes)
+            try:
+                entry = self.registry.join(identity, hs.name, hs.num_envs, hs.groups, expect)
+            except ValueError as exc:
+                problem = str(exc)
+        if problem is not None:
+            self._reject(identity, None, f"handshake refused: {problem}")
+            self._answer(identity, m.Error(problem))
+            return None
+        entry.owes = set(range(hs.groups))
+        seeds = [env_seed(self.run_seed, s, self.generation, n) for s, n in zip(entry.slots, entry.reuses)]
+        self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
+                                       self.obs_space, self.action_space, self.run_id))
+        self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots})")
+        return None
+
+    def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
+        if not entry.owes:  # its silence counts from now: time the learner spent inferring is not the actor's
+            entry.last_seen = time.monotonic()
+        entry.owes.add(group)
+        return self._send(entry.identity, m.Actions(group, actions, version), entry)
+
+    def _send(self, identity: bytes, msg, entry: ActorEntry | None = None) -> bool:
+        frames = m.encode(msg)
+        try:  # frame by frame with int flags: send_multipart would OR enum flags in Python per call
+            self.sock.send(identity, _SNDMORE_NOBLOCK)
+            for frame in frames[:-1]:
+                self.sock.send(frame, _SNDMORE_NOBLOCK)
+            self.sock.send(frames[-1], _NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:  # unroutable (peer gone) or its queue is full
+            if entry is not None:
+                self.retire(entry, f"unreachable ({exc.strerror})", tell=False)
+            return False
+
+    def retire(self, entry: ActorEntry, reason: str, tell: bool = True) -> None:
+        """Drop an actor and free its slots. With `tell`, it is told why and to hand-shake again (an actor
+        that was only stopped, or fell out of step, rejoins as soon as it reads this)."""
+        if self.registry.leave(entry.identity) is not None:
+            self.retired[entry.identity] = f"actor {entry.name} was retired: {reason}"
+            if len(self.retired) > MAX_REMEMBERED_RETIREMENTS:
+                self.retired.popitem(last=False)
+            self.departed.append(entry)
+            self._event(f"actor {entry.name} left: {reason}")
+            if tell:
+                self._answer(entry.identity, m.Error(f"{self.retired[entry.identity]}; hand-shake again to rejoin",
+                                                     rejoin=True))
+
+    def take_departed(self) -> list[ActorEntry]:
+        """The actors retired since the last call, for the collector to cut their columns."""
+        departed, self.departed = self.departed, []
+        return departed
+
+    def check_liveness(self, timeout_s: float) -> None:
+        for entry in self.registry.overdue(timeout_s):
+            self.retire(entry, f"silent for more than {timeout_s:g}s")
+
+    def describe(self, limit: int = 8) -> str:
+        """The connected actors and where each stands, in one line (the first `limit` named)."""
+        entries = sorted(self.registry.by_identity.values(), key=lambda e: e.actor_id)
+        if not entries:
+            return "no actor connected"
+        named = [f"{e.name} ({len(e.slots)} envs): {e.state()}" for e in entries[:limit]]
+        more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
+        return f"{len(entries)} connected: " + "; ".join(named) + more
+
+    def _event(self, text: str) -> None:
+        log.info(text)
+        self.events.append(text)
+
+    def take_events(self) -> list[str]:
+        """The joins, leaves and redirects since the last call (the list is emptied: it stays bounded)."""
+        events, self.events = self.events, []
+        return events

@@ -1,0 +1,1 @@
+"""The networks (Nature CNN, MLPs) and the normalizers around them."""

@@ -1,0 +1,246 @@
+"""What the learner tells the user: one line per update (stdout and learner.log), one JSON object per
+update in metrics.jsonl. Timing fields (sps, elapsed_s, eta_s) are the only ones that vary run to run.
+
+With a config, MetricsWriter also feeds the sinks in learner/report/sinks.py (TensorBoard, Weights & Biases),
+merges the newest evaluation result from RUN_DIR/eval.jsonl into each record (when evaluation runs), and
+keeps a live progress bar on a terminal (a single carriage-return line on stdout, never in learner.log).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import sys
+from pathlib import Path
+
+from learner.report.sinks import build_sinks
+
+log = logging.getLogger("learner")
+
+FIELDS = ("update", "env_steps", "sps", "episode_return_mean", "episode_length_mean", "episodes",
+          "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+          "learning_rate", "actors", "weights_version", "elapsed_s")
+TIMING_FIELDS = ("sps", "elapsed_s", "eta_s", "update_s", "collect_s")
+
+
+def log_name(rank: int) -> str:
+    return f"learner-rank-{rank}.log" if rank else "learner.log"
+
+
+def setup_logging(run_dir: Path, rank: int = 0) -> None:
+    """Log lines go to stdout and RUN_DIR/learner.log (appended, so a resumed run keeps its history).
+
+    Rank N > 0 of a multi-rank learner logs to RUN_DIR/learner-rank-N.log, its console lines tagged."""
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    tag = f"[rank {rank}] " if rank else ""
+    fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
+    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+
+
+class ProgressBar:
+    """One live line at the bottom of a terminal: redrawn in place with a carriage return."""
+
+    def __init__(self, stream, columns: int | None = None):
+        self.stream, self.columns, self.text = stream, columns, ""
+
+    def render(self, r: dict, width: int) -> str:
+        progress = min(max(r.get("progress") or 0.0, 0.0), 1.0)
+        filled = int(round(progress * 20))
+        total = r["env_steps"] / progress if progress > 0 else 0
+        text = (f"[{'#' * filled}{'.' * (20 - filled)}] {progress * 100:5.1f}% "
+                f"{_si(r['env_steps'])}/{_si(total)} steps | update {r['update']} | {r.get('sps', 0):,.0f} sps")
+        if r.get("episode_return_mean") is not None:
+            text += f" | return {r['episode_return_mean']:.2f}"
+        text += f" | eta {_fmt_duration(r.get('eta_s'))}"
+        return text[:max(width - 1, 10)]
+
+    def width(self) -> int:
+        return self.columns or shutil.get_terminal_size((100, 20)).columns
+
+    def update(self, record: dict) -> None:
+        self.text = self.render(record, self.width())
+        self.draw()
+
+    def draw(self) -> None:
+        if self.text:
+            self.stream.write("\r" + self.text + "\x1b[K")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.text:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.clear()
+        self.text = ""
+
+
+_bar: ProgressBar | None = None  # the live bar, if any: console log lines are printed above it
+
+
+class _ConsoleHandler(logging.StreamHandler):
+    """stdout log lines that step around the progress bar: clear it, print the line, draw it again."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        bar = _bar if _bar is not None and _bar.stream is self.stream else None
+        if bar is not None:
+            bar.clear()
+        super().emit(record)
+        if bar is not None:
+            bar.draw()
+
+
+class EvalReader:
+    """Follows RUN_DIR/eval.jsonl (written by the eval worker): remembers its offset, reads only whole lines."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.latest = Path(path), 0, None
+
+    def poll(self) -> dict | None:
+        """The newest evaluation result so far, or None before the first."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return self.latest
+        end = data.rfind(b"\n")
+        if end < 0:
+            return self.latest  # nothing, or half a line still being written
+        for line in data[:end].splitlines():
+            try:
+                result = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(result, dict) and "eval_return_mean" in result:
+                self.latest = result
+        self.offset += end + 1
+        return self.latest
+
+
+def drop_rows_after(path: Path, update: int) -> int:
+    """Remove the lines of a per-update log (metrics.jsonl, episodes.jsonl) written after `update`.
+
+    After a crash the log runs ahead of the newest checkpoint; a resume repeats those updates, so their
+    old rows go (moved aside to PATH.dropped) and the log stays one clean, increasing curve. Returns how
+    many lines were dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    keep, drop = [], []
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            row_update = json.loads(line).get("update", 0)
+        except (ValueError, AttributeError):
+            row_update = None  # a half-written last line from the crash
+        (keep if isinstance(row_update, int) and row_update <= update else drop).append(line)
+    if drop:
+        with open(path.with_name(path.name + ".dropped"), "a") as f:
+            f.writelines(line if line.endswith("\n") else line + "\n" for line in drop)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        tmp.replace(path)
+    return len(drop)
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; null means "not defined yet"
+    return value
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
+
+class MetricsWriter:
+    """metrics.jsonl plus, given the run's config, the sinks, the eval results and the progress bar."""
+
+    def __init__(self, run_dir: Path, cfg=None):
+        global _bar
+        run_dir = Path(run_dir)
+        self.path = run_dir / "metrics.jsonl"
+        self.file = open(self.path, "a", buffering=1)
+        self.evals = EvalReader(run_dir / "eval.jsonl") if cfg is not None and cfg.eval.every > 0 else None
+        self.sinks = build_sinks(run_dir, cfg)
+        self.bar = None
+        if cfg is not None and cfg.log.progress_bar and sys.stdout.isatty():
+            self.bar = _bar = ProgressBar(sys.stdout)
+        self.last: dict | None = None
+
+    def write(self, record: dict) -> None:
+        if self.evals is not None:
+            result = self.evals.poll() or {}
+            record = {**record, "eval_return_mean": result.get("eval_return_mean"),
+                      "eval_return_std": result.get("eval_return_std"), "eval_update": result.get("update")}
+        record = {k: _clean(v) for k, v in record.items()}
+        self.file.write(json.dumps(record) + "\n")
+        self.last = record
+        if self.bar is not None:  # the new bar text; the console handler redraws it below the log line
+            self.bar.text = self.bar.render(record, self.bar.width())
+        log.info(format_line(record))
+        for sink in list(self.sinks):
+            try:
+                sink.write(record)
+            except Exception as exc:  # a broken sink never stops training
+                log.warning("metrics sink %s failed (%s); it is switched off", type(sink).__name__, exc)
+                self.sinks.remove(sink)
+
+    def score(self) -> float | None:
+        """The smoothed return that ranks checkpoints: the newest eval mean when evaluation runs, else the
+        mean raw return of the last 100 training episodes; None while there is none."""
+        if self.last is None:
+            return None
+        return self.last.get("eval_return_mean" if self.evals is not None else "episode_return_mean")
+
+    def close(self) -> None:
+        global _bar
+        if self.bar is not None:
+            self.bar.close()
+            if _bar is self.bar:
+                _bar = None
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.warning("metrics sink %s did not close cleanly (%s)", type(sink).__name__, exc)
+        self.file.close()
+
+
+def format_line(r: dict) -> str:
+    ret = r.get("episode_return_mean")
+    ret_text = "-" if ret is None else f"{ret:.2f}"
+    parts = [f"update {r['update']}", f"steps {r['env_steps']:,} ({r.get('progress', 0) * 100:.1f}%)",
+             f"sps {r['sps']:,.0f}", f"return {ret_text} (episodes {r['episodes']})"]
+    if r.get("policy_loss") is not None:
+        parts.append(f"pg {_num(r['policy_loss'], '+.4f')} v {_num(r.get('value_loss'), '.4f')} "
+                     f"ent {_num(r.get('entropy'))} kl {_num(r.get('approx_kl'), '.4f')} "
+                     f"clip {_num(r.get('clip_fraction'))} ev {_num(r.get('explained_variance'))}")
+    if r.get("eval_return_mean") is not None:
+        parts.append(f"eval {r['eval_return_mean']:.2f}")
+    parts.append(f"lr {r['learning_rate']:.2e}")
+    parts.append(f"actors {r['actors']}")
+    if r.get("rejected_messages"):
+        parts.append(f"rejected {r['rejected_messages']}")
+    parts.append(f"eta {_fmt_duration(r.get('eta_s'))}")
+    return " | ".join(parts)
+
+
+def _num(x, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _si(n: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.2f}{suffix}"
+    return f"{n:.0f}"

@@ -1,0 +1,1 @@
+"""The rollout storage: the contract between collection and training."""

@@ -1,0 +1,270 @@
+"""The PPO update: the loss (clipped surrogate or adaptive KL penalty) and the epoch/minibatch loop."""
+from __future__ import annotations
+
+
+import torch
+from torch import nn
+
+from learner.config import PPOConfig, lr_schedule
+from learner.update.ranks import Ranks
+from learner.model.normalize import ValueNormalizer
+
+STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "loss")
+BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
+
+
+def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
+             new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+             entropy: torch.Tensor, cfg: PPOConfig, beta: float | None = None
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
+    there, so that reading them is one host sync per update, not one per statistic and minibatch).
+
+    KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
+    drawn from pi_old its mean is an unbiased estimate of KL(pi_old || pi), and so is its gradient;
+    beta defaults to cfg.kl_beta.
+    """
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    kl = (ratio - 1) - logratio
+
+    if cfg.norm_adv and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    stats: dict[str, torch.Tensor] = {}
+    if cfg.variant == "kl":
+        beta = cfg.kl_beta if beta is None else beta
+        penalty = beta * kl.mean()
+        pg_loss = -(ratio * advantages).mean() + penalty
+        stats["kl_penalty"] = penalty.detach()
+    else:
+        clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+        pg_loss = torch.max(-advantages * ratio, -advantages * clipped).mean()
+
+    if cfg.clip_vloss:
+        v_clipped = old_values + (new_values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
+        v_loss = 0.5 * torch.max((new_values - returns).pow(2), (v_clipped - returns).pow(2)).mean()
+    else:
+        v_loss = 0.5 * (new_values - returns).pow(2).mean()
+
+    entropy_mean = entropy.mean()
+    loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
+    with torch.no_grad():
+        stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
+                     approx_kl=kl.mean(), clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(),
+                     loss=loss.detach())
+    return loss, stats
+
+
+def _split_sizes(n: int, parts: int) -> list[int]:
+    """The sizes torch.tensor_split gives n items in `parts` parts."""
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
+    """PPO paper, section 4: halve beta below d_targ/1.5, double it above 1.5 d_targ, else keep it."""
+    if measured_kl < kl_target / 1.5:
+        beta = beta / 2
+    elif measured_kl > kl_target * 1.5:
+        beta = beta * 2
+    return min(max(beta, BETA_BOUNDS[0]), BETA_BOUNDS[1])
+
+
+def adaptive_lr(lr: float, kl: float, threshold: float, lr_min: float, lr_max: float) -> float:
+    """rl_games' KL-adaptive rule, applied after every minibatch: divide by 1.5 when the KL exceeds twice
+    the threshold, multiply by 1.5 when it is under half of it, and stay within [lr_min, lr_max]."""
+    if kl > 2.0 * threshold:
+        lr = lr / 1.5
+    elif kl < 0.5 * threshold:
+        lr = lr * 1.5
+    return min(max(lr, lr_min), lr_max)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, ranks: Ranks | None = None) -> torch.Tensor:
+    """1 - Var(R - V) / Var(R) over every rank's samples pooled (each sample counts once, as in the
+    gradients), a 0-d float64 tensor on their device; nan when the returns do not vary (nothing to
+    explain). Two passes (means, then centred sums), each one all-reduce, no host read."""
+    ranks = ranks or Ranks.single()
+    r, d = returns.double(), returns.double() - values.double()
+    n, sum_r, sum_d = ranks.sum_tensor(torch.stack([r.new_tensor(float(r.numel())), r.sum(), d.sum()]))
+    n = n.clamp(min=1)
+    sq_r, sq_d = ranks.sum_tensor(torch.stack([(r - sum_r / n).pow(2).sum(), (d - sum_d / n).pow(2).sum()]))
+    ev = 1 - sq_d / sq_r
+    return torch.where(torch.isfinite(sq_r) & (sq_r > 0), ev, torch.full_like(ev, float("nan")))
+
+
+class PPOUpdater:
+    """Owns the optimizer (and the KL variant's beta); update() runs one PPO update on a flat batch.
+
+    Minibatches: each epoch draws a fresh permutation and splits it into num_minibatches nearly equal
+    parts (sizes differ by at most one), so every sample is used exactly once per epoch and none is
+    dropped. Early stop (target_kl > 0): after each epoch, like CleanRL, stop when the last
+    minibatch's approx_kl exceeds target_kl.
+
+    KL variant: beta adapts to the KL of the whole update (`update_kl`), measured as the paper does after
+    the epochs: one extra forward pass (no gradients) over the update's samples, on every rank, of the
+    mean of k3 = (r - 1) - log r with r = pi_new / pi_old, pooled over the ranks by sample. (approx_kl,
+    like CleanRL's, is the mean over minibatches of the KL before each step, and stays as reported.)
+
+    batch_checksum: also report the float64 sum of the observations the update read, taken after its
+    last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
+    """
+
+    def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None,
+                 value_norm: ValueNormalizer | None = None, batch_checksum: bool = False):
+        self.ranks = ranks or Ranks.single()
+        self.batch_checksum = batch_checksum
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.cfg = cfg
+        self.schedule = lr_schedule(cfg)
+        self.value_norm = value_norm  # shared with Inference, which de-normalizes the critic's outputs
+        self.beta = cfg.kl_beta
+        self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
+        self.loss_keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())  # what ppo_loss reports
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+
+    def learning_rate(self, progress: float) -> float:
+        """progress: the run's env steps done before this update's rollout / run.total_steps.
+
+        The rate falls linearly to 0 at the end of the run and never below. It follows env steps, not an
+        update count derived from the configured width, so it ends at ~0 however many envs were live
+        (joins, leaves, a resume with another actor count); CleanRL's schedule when the width is fixed.
+        Constant: lr0. Adaptive: the rate the last minibatch left."""
+        if self.schedule == "adaptive":
+            return self.lr
+        if self.schedule == "constant":
+            return self.cfg.learning_rate
+        return self.cfg.learning_rate * min(max(1.0 - progress, 0.0), 1.0)
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _adapt_lr(self, weighted_kl: torch.Tensor) -> None:
+        """Adaptive schedule, after a minibatch: the job's KL (this rank's weight x KL, summed over ranks)."""
+        kl = float(self.ranks.sum_tensor(weighted_kl.double().reshape(1))[0])
+        p = self.cfg
+        self.lr = adaptive_lr(self.lr, kl, p.lr_kl_threshold, p.lr_min, p.lr_max)
+        self._set_lr(self.lr)
+
+    def _normalize_values(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Value normalization: fold the job's returns into the statistics, then give the critic its
+        targets and old values in normalized units (the advantages stay raw)."""
+        vn = self.value_norm
+        vn.update_moments(self.ranks.sum_tensor(vn.moments(batch["returns"])))
+        return {**batch, "values": vn.normalize(batch["values"]), "returns": vn.normalize(batch["returns"])}
+
+    def update(self, batch: dict[str, torch.Tensor], progress: float,
+               generator: torch.Generator | None = None) -> dict[str, float]:
+        """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
+
+        The statistics stay on the device until the end, where one read brings them all to the host: on a
+        GPU a read per statistic and minibatch would drain the queue of kernels about a hundred times per
+        update (target_kl adds one read per epoch, which the early stop needs; the adaptive schedule one
+        per minibatch, as it sets the next minibatch's rate)."""
+        cfg, raw = self.cfg, batch
+        obs = batch["obs"]
+        n = obs.shape[0]
+        if n == 0 and not self.ranks.distributed:
+            raise ValueError("PPOUpdater.update: empty batch")
+        counts = self.ranks.gather_ints(n)  # every rank's samples: the weights of its minibatch gradients
+        lr = self.learning_rate(progress)
+        self._set_lr(lr)
+        if self.value_norm is not None:
+            batch = self._normalize_values(batch)
+        self.model.train()
+
+        keys = self.loss_keys + ("grad_norm",)
+        totals = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
+        first: dict[str, torch.Tensor] = {}
+        minibatches = epochs_run = 0
+        for epoch in range(cfg.update_epochs):
+            perm_device = generator.device if generator is not None else obs.device
+            perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)
+            last = totals.new_zeros(())
+            for i, idx in enumerate(torch.tensor_split(perm, cfg.num_minibatches)):
+                job_size = sum(_split_sizes(c, cfg.num_minibatches)[i] for c in counts)
+                if job_size == 0:  # fewer samples than minibatches, on every rank
+                    continue
+                weight = idx.numel() / job_size
+                stats = self._step(batch, idx, weight, first if minibatches == 0 else None)
+                totals += weight * torch.stack([stats[k].double() for k in keys])
+                last = weight * stats["approx_kl"]
+                minibatches += 1
+                if self.schedule == "adaptive":
+                    self._adapt_lr(last)
+            epochs_run = epoch + 1
+            if cfg.target_kl > 0 and self.ranks.sum([float(last)])[0] > cfg.target_kl:  # decided jointly
+                break
+
+        pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
+        extra = {"explained_variance": explained_variance(raw["values"], raw["returns"], self.ranks),
+                 **self._pool_first(first)}
+        if cfg.variant == "kl":
+            extra["update_kl"] = self._update_kl(batch)
+        if self.batch_checksum:
+            extra["batch_checksum"] = obs.sum(dtype=torch.float64)
+        tail = torch.stack([x.double().to(self.device) for x in extra.values()])
+        values = torch.cat([pooled, tail]).tolist()  # the update's one read from the device
+        out = dict(zip(keys + tuple(extra), values))
+        # adaptive: the rate the update ended with (the next one starts from it)
+        out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
+                   minibatches=minibatches)
+        if cfg.variant == "kl":  # the reported beta is the one the next update uses
+            self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
+            out["kl_beta"] = self.beta
+        return out
+
+    def _pool_first(self, first: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The first minibatch's statistics for the job: the largest ratio deviation on any rank, and the
+        clip fraction weighted by each rank's share of that minibatch (0 on a rank without samples)."""
+        zero = torch.zeros((), dtype=torch.float64, device=self.device)
+        return {"first_minibatch_ratio_max_dev": self.ranks.max_tensor(first.get("ratio_max_dev", zero).double()),
+                "first_minibatch_clip_fraction": self.ranks.sum_tensor(first.get("clip_fraction", zero).double())}
+
+    @torch.no_grad()
+    def _update_kl(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """KL(pi_old || pi_new) over the update's samples, after all its steps: the mean of k3 = (r - 1) -
+        log r over every rank's samples, evaluated in minibatch-sized chunks (bounded memory)."""
+        n = batch["obs"].shape[0]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for idx in torch.arange(n, device=batch["obs"].device).tensor_split(self.cfg.num_minibatches) if n else ():
+            new_logprob = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])[0]
+            logratio = (new_logprob - batch["logprobs"][idx]).double()
+            total += ((logratio.exp() - 1) - logratio).sum()
+        kl_sum, count = self.ranks.sum_tensor(torch.stack([total, total.new_tensor(float(n))]))
+        return kl_sum / count.clamp(min=1)
+
+    def _step(self, batch: dict[str, torch.Tensor], idx: torch.Tensor, weight: float,
+              first: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """Loss, gradients averaged over the ranks, the global grad-norm clip, one Adam step. first: filled
+        with this rank's part of the sanity check on the update's first minibatch."""
+        cfg, params = self.cfg, [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer.zero_grad(set_to_none=True)
+        if idx.numel():
+            new_logprob, entropy, new_values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
+            old_logprob = batch["logprobs"][idx]
+            loss, stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
+                                   batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
+            if first is not None:
+                # Sanity check: before any step the policy is the one that collected the data.
+                with torch.no_grad():
+                    first.update(ratio_max_dev=(new_logprob - old_logprob).exp().sub(1).abs().max(),
+                                 clip_fraction=weight * stats["clip_fraction"])
+            loss.backward()
+        else:  # a rank without samples still takes part in the gradient average, with zeros
+            zero = torch.zeros((), device=self.device)
+            stats = dict.fromkeys(self.loss_keys, zero)
+        self.ranks.average_gradients(params, weight)
+        stats["grad_norm"] = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        self.optimizer.step()
+        return stats
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "kl_beta": self.beta, "learning_rate": self.lr}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.beta = float(state["kl_beta"])
+        self.lr = float(state.get("learning_rate", self.cfg.learning_rate))  # checkpoints before the schedule

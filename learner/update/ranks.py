@@ -1,0 +1,312 @@
+"""Everything that makes a learner one rank of a data-parallel job, in one place, on torch.distributed.
+
+Each rank collects its own rollout from its own actors and computes its own GAE; the ranks then run the
+same epochs and minibatches, and before every optimizer step the gradients are averaged across ranks,
+weighted by the samples each rank contributed to that minibatch (a rank with no actors takes part with
+weight 0, so nobody waits on it). Weights start identical (broadcast from rank 0) and stay bit-identical:
+every rank applies the same averaged gradient. The job's statistics (env steps, episodes, losses) are
+summed or pooled here too.
+
+`Ranks.single()` is the 1-rank case: every method is then a no-op or an identity, so the learner's loop
+reads the same with or without torch.distributed. The job is started by launch.py (`--learners G`),
+torchrun or srun; the rank comes from the usual environment variables (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, LOCAL_RANK). Collectives time out after `timeout_s`, so a dead rank stops the others.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("learner")
+ADDRESS_BYTES = 512  # an endpoint string, padded, for all_gather (no pickled objects on the wire)
+
+
+def _collective(method):
+    """A failed or timed-out collective means a lost rank: one clear error, not a torch traceback.
+
+    Every collective inside is started with async_op=True and waited on here (`Ranks._wait`, with the
+    collective timeout): with NCCL a plain call only enqueues the work, and its failure would surface
+    later, outside this wrapper (at a host read, or as NCCL's watchdog abort)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RuntimeError as exc:  # DistBackendError, DistNetworkError, gloo's "Connection closed by peer"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RanksLost(f"learner rank {self.rank} of {self.world}: a collective ({method.__name__}) failed, "
+                            f"another rank died or stopped answering: {first}") from None
+    return wrapper
+
+
+@dataclass
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")  # where collectives run (NCCL: the rank's GPU)
+    timeout_s: float = 300.0  # each collective's wait (cluster.collective_timeout_s)
+
+    @staticmethod
+    def single() -> "Ranks":
+        return Ranks()
+
+    @staticmethod
+    def from_env(device: torch.device, timeout_s: float) -> "Ranks":
+        """Join the job the environment describes (torchrun, srun, launch.py --learners); 1 rank without one."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return Ranks.single()
+        if not dist.is_initialized():
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        ranks = Ranks(dist.get_rank(), dist.get_world_size(), device, timeout_s)
+        log.info("learner rank %d of %d (%s)", ranks.rank, ranks.world, dist.get_backend())
+        return ranks
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    def _wait(self, work) -> None:
+        """Block until an async collective is done: raises (inside the caller's wrapper) when it failed or
+        took longer than timeout_s. An explicit timeout makes NCCL's wait block the host too."""
+        work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
+
+    def close(self, clean: bool) -> None:
+        """After a clean end every rank meets once more before the group is torn down (tearing it down while
+        a peer is still mid-collective aborts gloo's threads); after a failure the peers may be gone, so the
+        group is left to the process exit."""
+        if self.distributed and dist.is_initialized() and clean:
+            dist.barrier()
+            dist.destroy_process_group()
+
+    # -- sums, maxima, gathers of small numbers ---------------------------------------------------------
+    def sum(self, values: list[float]) -> list[float]:
+        if not self.distributed:
+            return list(values)
+        return self.sum_tensor(torch.tensor(values, dtype=torch.float64, device=self.device)).tolist()
+
+    @_collective
+    def sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum over the ranks of a tensor that may stay on the device (no host read here)."""
+        if not self.distributed:
+            return t
+        t = t.to(self.device, copy=True)
+        self._wait(dist.all_reduce(t, async_op=True))
+        return t
+
+    @_collective
+    def max_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """The maximum over the ranks of a tensor that may stay on the device."""
+        if not self.distributed:
+            return t
+        t = t.to(self.device, copy=True)
+        self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
+        return t
+
+    @_collective
+    def any(self, flag: bool) -> bool:
+        if not self.distributed:
+            return flag
+        t = torch.tensor([int(flag)], dtype=torch.int64, device=self.device)
+        self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
+        return bool(t.item())
+
+    @_collective
+    def gather_ints(self, value: int) -> list[int]:
+        """Every rank's value, in rank order."""
+        if not self.distributed:
+            return [value]
+        out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world)]
+        self._wait(dist.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device), async_op=True))
+        return [int(t.item()) for t in out]
+
+    @_collective
+    def gather_pairs(self, pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        """Concatenate every rank's list of (x, y) pairs, in rank order (e.g. finished episodes)."""
+        if not self.distributed:
+            return list(pairs)
+        counts = self.gather_ints(len(pairs))
+        width = max(max(counts), 1)
+        mine = torch.zeros((width, 2), dtype=torch.float64, device=self.device)
+        if pairs:
+            mine[:len(pairs)] = torch.tensor(pairs, dtype=torch.float64)
+        out = [torch.zeros_like(mine) for _ in range(self.world)]
+        self._wait(dist.all_gather(out, mine, async_op=True))
+        return [(float(x), float(y)) for t, n in zip(out, counts) for x, y in t[:n].tolist()]
+
+    @_collective
+    def gather_strings(self, text: str) -> list[str]:
+        """Every rank's string (an endpoint), in rank order."""
+        if not self.distributed:
+            return [text]
+        raw = text.encode()
+        if len(raw) > ADDRESS_BYTES:
+            raise ValueError(f"{text!r} is longer than {ADDRESS_BYTES} bytes")
+        mine = torch.zeros(ADDRESS_BYTES, dtype=torch.uint8, device=self.device)
+        mine[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+        out = [torch.zeros_like(mine) for _ in range(self.world)]
+        self._wait(dist.all_gather(out, mine, async_op=True))
+        return [bytes(t.cpu().tolist()).rstrip(b"\0").decode() for t in out]
+
+    # -- the model ----------------------------------------------------------------------------------------
+    @_collective
+    def broadcast_tensors(self, tensors: list[torch.Tensor]) -> None:
+        """Overwrite every rank's tensors with rank 0's, in place."""
+        if not self.distributed:
+            return
+        for t in tensors:
+            buf = t.detach().to(self.device)
+            self._wait(dist.broadcast(buf, src=0, async_op=True))
+            if buf is not t:
+                t.detach().copy_(buf)
+
+    @_collective
+    def broadcast_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Give every rank rank 0's Adam state (step counts and moments), e.g. after rank 0 resumed."""
+        if not self.distributed:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        has_state = self.gather_ints(int(bool(optimizer.state)))[0]
+        if not has_state:
+            return
+        for p in params:
+            state = optimizer.state[p]
+            if not state:  # this rank has not stepped: take rank 0's shapes
+                state.update(step=torch.zeros((), dtype=torch.float32), exp_avg=torch.zeros_like(p),
+                             exp_avg_sq=torch.zeros_like(p))
+            self.broadcast_tensors([state["step"], state["exp_avg"], state["exp_avg_sq"]])
+
+    @_collective
+    def average_gradients(self, params: list[torch.nn.Parameter], weight: float) -> None:
+        """grad <- sum over ranks of weight_r * grad_r, in one flat all-reduce.
+
+        weight is this rank's share of the minibatch's samples (the weights of all ranks sum to 1), so the
+        result is the gradient of the sample-weighted mean loss. A rank with no samples has no gradients
+        and weight 0: it contributes zeros but still takes part."""
+        if not self.distributed:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device) * weight
+        self._wait(dist.all_reduce(flat, async_op=True))
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.device)
+            offset += n
+
+
+def env_rank() -> int:
+    """This process's rank as the launcher set it (0 outside a multi-rank job)."""
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
+def rank_address(address: str, rank: int) -> str:
+    """Rank r's own endpoint: tcp ports shift by 2r (a fixed port pair per rank; port 0 stays 0), ipc
+    paths get a -rankN suffix. Rank 0 keeps the configured address, so actors name one address."""
+    if rank == 0:
+        return address
+    if address.startswith("ipc://"):
+        return f"{address}-rank{rank}"
+    host, _, port = address.rpartition(":")
+    return address if port == "0" else f"{host}:{int(port) + 2 * rank}"
+
+
+def min_envs_of_rank(min_envs: int, num_envs: int, actors: int, envs_per_actor: int, learners: int, rank: int) -> int:
+    """The env slots rank `rank` waits for before its first rollout, when launch.py splits one host's actors
+    over `learners` ranks (actor i joins rank i % learners); under torchrun each worker's config describes
+    its own actors, so learners is 1 there and this is the plain min_envs."""
+    if learners <= 1:
+        return min_envs or num_envs
+    if min_envs:
+        return min_envs // learners + (1 if rank < min_envs % learners else 0)
+    return sum(envs_per_actor for i in range(actors) if i % learners == rank)
+
+
+def local_slots_of_rank(actors: int, envs_per_actor: int, learners: int, rank: int) -> int:
+    """The env slots of the actors launch.py starts for rank `rank` (they name its address directly): actor
+    i joins rank i % learners; under torchrun (learners 1) each worker starts its own cluster.actors."""
+    if learners <= 1:
+        return actors * envs_per_actor
+    return sum(envs_per_actor for i in range(actors) if i % learners == rank)
+
+
+def joiner_rank(loads: list[int], targets: list[int]) -> int:
+    """Where rank 0 sends a joiner: the rank furthest below its target (the most env slots short, or the
+    fewest over; the lower rank on ties). Before the first update the targets are each rank's share of
+    min_envs and rank 0 fills its own share last: it starts its first rollout once its share is met and
+    then answers no handshake until every rank has finished theirs, so by then every other rank must have
+    been sent its share. After the first update the targets are 0: the least loaded rank, rank 0 on ties."""
+    short = [r for r in range(1, len(loads)) if loads[r] < targets[r]]
+    candidates = short or range(len(loads))
+    return min(candidates, key=lambda r: (loads[r] - targets[r], r))
+
+
+class RankBalancer:
+    """Rank 0's choice of learner rank for each joining actor (see joiner_rank): the address of the rank to
+    redirect it to, or None to keep it. `own_slots()` is rank 0's live env slots; the other ranks' come from
+    the last update's count, plus the joiners sent to them since."""
+
+    def __init__(self, own_slots, targets: list[int], loads: list[int]):
+        self.own_slots, self.targets, self.loads = own_slots, list(targets), list(loads)
+        self.addresses: list[str] = []  # every rank's advertised address, once gathered
+
+    def know(self, addresses: list[str]) -> None:
+        self.addresses = list(addresses)
+
+    def after_update(self, rank_slots: list[int]) -> None:
+        """The job's count of live env slots per rank; from now on the least loaded rank gets joiners."""
+        self.loads, self.targets = list(rank_slots), [0] * len(rank_slots)
+
+    def __call__(self, num_envs: int) -> str | None:
+        if not self.addresses:
+            return None
+        best = joiner_rank([self.own_slots(), *self.loads[1:]], self.targets)
+        if best == 0:
+            return None
+        self.loads[best] += num_envs  # until the next update's count says otherwise
+        return self.addresses[best]
+
+
+WILDCARD_HOSTS = ("*", "0.0.0.0", "::", "[::]", "")
+
+
+def advertised_address(endpoint: str, advertise_host: str = "", node_name=socket.gethostname) -> str:
+    """The address other machines reach a bound endpoint at, for redirects and endpoints.json.
+
+    An explicit advertise_host wins; otherwise a tcp endpoint bound to one interface keeps its host, and one
+    bound to every interface (zmq reports 0.0.0.0 or [::]) names this node (its host name), never 0.0.0.0.
+    ipc endpoints are local paths and stay as they are."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if advertise_host:
+        host = advertise_host
+    elif host in WILDCARD_HOSTS:
+        host = node_name()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"tcp://{host}:{port}"
+
+
+class RanksLost(Exception):
+    """A collective failed or timed out: another rank died or hangs. The job stops with this error."""
+
+
+def checksum(module: torch.nn.Module) -> str:
+    """A hash of the weights' bytes: equal on every rank exactly when the weights are bit-identical."""
+    digest = hashlib.sha1()
+    for p in module.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]

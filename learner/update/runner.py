@@ -1,0 +1,79 @@
+"""Runs a PPO update in the foreground, or in a thread while the next rollout is collected.
+
+Background mode is Cleanba's one update of policy lag: torch releases the GIL in its kernels, so the
+update overlaps the collector's message handling. Only the training model is touched here; actors are
+served by a separate copy that the learner refreshes between rollouts.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import torch
+
+from learner.update.ppo import PPOUpdater
+from learner.stalls import Stalled, thread_stack
+
+log = logging.getLogger("learner")
+
+SAY_AFTER_S = 60.0  # an update still running this long after the collector finished gets a log line
+DEADLINE_S = 600.0  # ... and past this (or 10x the slowest update so far, if longer) it is taken for hung
+
+
+class UpdateRunner:
+    def __init__(self, updater: PPOUpdater, generator: torch.Generator, threads: int, background: bool,
+                 say_after_s: float = SAY_AFTER_S, deadline_s: float = DEADLINE_S):
+        self.updater, self.generator, self.threads, self.background = updater, generator, threads, background
+        self.say_after_s, self.deadline_s = say_after_s, deadline_s
+        self.slowest = 0.0  # seconds, the longest update so far
+        self.took_s = 0.0  # seconds, the last update's own run (read after result())
+        self._thread: threading.Thread | None = None
+        self._stats: dict = {}
+        self._error: BaseException | None = None
+
+    def _run(self, batch: dict | None, update: int) -> None:
+        t0 = time.monotonic()
+        try:
+            self._stats = {} if batch is None else self.updater.update(batch, update, self.generator)
+        except BaseException as exc:  # re-raised in the learner's thread by result()
+            self._error = exc
+        self.took_s = time.monotonic() - t0
+        self.slowest = max(self.slowest, self.took_s)
+
+    def start(self, batch: dict | None, update: int) -> None:
+        """batch None: nothing to learn (collect-only); result() then gives empty stats."""
+        if self.background:
+            torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
+            self._thread = threading.Thread(target=self._run, args=(batch, update), name="ppo-update", daemon=True)
+            self._thread.start()
+            return
+        torch.set_num_threads(self.threads)
+        self._run(batch, update)
+        torch.set_num_threads(1)  # while collecting, one thread: OpenMP workers would spin against the actors
+
+    def result(self) -> dict:
+        if self._thread is not None:
+            self._join(self._thread)
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._stats
+
+    def deadline(self) -> float:
+        """Seconds an update may take before it is taken for hung."""
+        return max(self.deadline_s, 10 * self.slowest)
+
+    def _join(self, thread: threading.Thread) -> None:
+        """Wait for the background update: a log line if it is slow, Stalled with its stack if it never ends."""
+        thread.join(self.say_after_s)
+        if not thread.is_alive():
+            return
+        deadline = self.deadline()
+        log.warning("the update is still running %.0fs after the rollout finished (slowest so far %.1fs); "
+                    "waiting up to %.0fs", self.say_after_s, self.slowest, deadline)
+        thread.join(max(deadline - self.say_after_s, 0.0))
+        if thread.is_alive():
+            raise Stalled(f"the update did not finish within {deadline:g}s of the rollout; it is at:\n"
+                          f"{thread_stack(thread)}")

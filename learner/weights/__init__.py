@@ -1,0 +1,1 @@
+"""Weights out: the broadcast message, the publisher, and checkpoints."""

@@ -1,0 +1,172 @@
+import math
+
+import pytest
+import torch
+from torch.distributions import Categorical, Normal
+
+from learner.config import ModelConfig
+from learner.model.networks import MLPActorCritic, NatureCNN, build_model
+from protocol.spaces import SpaceSpec
+
+IMAGE = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
+VECTOR = SpaceSpec(kind="box", shape=(8,), dtype="float32", low=[-1.0] * 8, high=[1.0] * 8)
+DISCRETE = SpaceSpec(kind="discrete", n=6)
+BOX3 = SpaceSpec(kind="box", shape=(3,), dtype="float32", low=[-1.0] * 3, high=[1.0] * 3)
+
+
+def spectral_norm(w):
+    return torch.linalg.matrix_norm(w.detach().flatten(1), ord=2).item()
+
+
+def test_cnn_shapes():
+    model = build_model(IMAGE, DISCRETE, ModelConfig())
+    assert isinstance(model, NatureCNN)
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    action, logprob, value = model.act(obs)
+    assert action.shape == (5,) and action.dtype == torch.long
+    assert logprob.shape == (5,) and value.shape == (5,)
+    assert ((action >= 0) & (action < 6)).all()
+    lp, ent, v = model.evaluate(obs, action)
+    assert lp.shape == ent.shape == v.shape == (5,)
+    torch.testing.assert_close(lp, logprob)
+    assert model.value(obs).shape == (5,)
+    assert model.greedy(obs).shape == (5,)
+
+
+def test_cnn_any_resolution():
+    space = SpaceSpec(kind="box", shape=(2, 60, 100), dtype="uint8")
+    model = build_model(space, DISCRETE, ModelConfig())
+    assert model.value(torch.zeros(3, 2, 60, 100, dtype=torch.uint8)).shape == (3,)
+
+
+def test_cnn_scales_pixels_inside():
+    model = build_model(IMAGE, DISCRETE, ModelConfig())
+    obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    expected = model.critic(model.trunk(obs.float() / 255)).squeeze(-1)
+    torch.testing.assert_close(model.value(obs), expected)
+
+
+def test_mlp_shapes_box():
+    model = build_model(VECTOR, BOX3, ModelConfig(hidden=32))
+    assert isinstance(model, MLPActorCritic)
+    obs = torch.randn(7, 8)
+    action, logprob, value = model.act(obs)
+    assert action.shape == (7, 3) and action.dtype == torch.float32
+    assert logprob.shape == value.shape == (7,)
+    lp, ent, v = model.evaluate(obs, action)
+    assert lp.shape == ent.shape == v.shape == (7,)
+    torch.testing.assert_close(lp, logprob)
+    assert model.greedy(obs).shape == (7, 3)
+    torch.testing.assert_close(model.value(obs), v)
+
+
+def test_init_gains():
+    small_image = SpaceSpec(kind="box", shape=(4, 36, 36), dtype="uint8")  # the smallest the convs accept
+    cnn = build_model(small_image, DISCRETE, ModelConfig())
+    assert spectral_norm(cnn.head.linear.weight) == pytest.approx(0.01, rel=1e-3)
+    assert spectral_norm(cnn.critic.weight) == pytest.approx(1.0, rel=1e-3)
+    assert spectral_norm(cnn.trunk[1].weight) == pytest.approx(math.sqrt(2), rel=1e-3)
+    mlp = build_model(VECTOR, BOX3, ModelConfig())
+    assert spectral_norm(mlp.head.linear.weight) == pytest.approx(0.01, rel=1e-3)
+    assert spectral_norm(mlp.actor[0].weight) == pytest.approx(math.sqrt(2), rel=1e-3)
+    assert spectral_norm(mlp.critic[-1].weight) == pytest.approx(1.0, rel=1e-3)
+    for model in (cnn, mlp):
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                assert (p == 0).all(), name
+    assert (mlp.head.log_std == 0).all()
+
+
+def test_gaussian_logprob_entropy_match_torch():
+    torch.manual_seed(0)
+    model = build_model(VECTOR, BOX3, ModelConfig())
+    with torch.no_grad():
+        model.head.log_std.copy_(torch.tensor([-0.5, 0.0, 0.7]))
+    obs, action = torch.randn(9, 8), torch.randn(9, 3) * 2
+    lp, ent, _ = model.evaluate(obs, action)
+    mean = model(obs)[0]
+    ref = Normal(mean, model.head.log_std.exp())
+    torch.testing.assert_close(lp, ref.log_prob(action).sum(-1))
+    torch.testing.assert_close(ent, ref.entropy().sum(-1))
+
+
+def test_categorical_logprob_entropy_match_torch():
+    torch.manual_seed(0)
+    model = build_model(VECTOR, DISCRETE, ModelConfig())
+    with torch.no_grad():
+        model.head.linear.weight.mul_(300)  # sharpen the policy so the comparison is not trivially uniform
+    obs, action = torch.randn(9, 8), torch.randint(0, 6, (9,))
+    lp, ent, _ = model.evaluate(obs, action)
+    ref = Categorical(logits=model.head.linear(model.actor(obs)))
+    torch.testing.assert_close(lp, ref.log_prob(action))
+    torch.testing.assert_close(ent, ref.entropy())
+
+
+@pytest.mark.parametrize("action_space", [DISCRETE, BOX3])
+def test_act_deterministic_with_generator(action_space):
+    model = build_model(VECTOR, action_space, ModelConfig())
+    obs = torch.randn(64, 8)
+    a1, lp1, _ = model.act(obs, generator=torch.Generator().manual_seed(3))
+    a2, lp2, _ = model.act(obs, generator=torch.Generator().manual_seed(3))
+    a3, _, _ = model.act(obs, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a1, a2) and torch.equal(lp1, lp2)
+    assert not torch.equal(a1, a3)
+
+
+def test_build_model_selection():
+    assert isinstance(build_model(IMAGE, DISCRETE, ModelConfig(kind="auto")), NatureCNN)
+    assert isinstance(build_model(VECTOR, DISCRETE, ModelConfig(kind="auto")), MLPActorCritic)
+    assert isinstance(build_model(IMAGE, DISCRETE, ModelConfig(kind="mlp", hidden=8)), MLPActorCritic)
+    float_image = SpaceSpec(kind="box", shape=(3, 64, 64), dtype="float32")
+    assert build_model(float_image, DISCRETE, ModelConfig(kind="cnn")).scale == 1.0
+
+
+@pytest.mark.parametrize("obs_space, action_space, kind", [
+    (VECTOR, DISCRETE, "cnn"),                                                   # cnn on vectors
+    (SpaceSpec(kind="box", shape=(3, 4), dtype="float32"), DISCRETE, "auto"),    # 2-D: ambiguous
+    (SpaceSpec(kind="box", shape=(4, 84, 84), dtype="float32"), DISCRETE, "auto"),  # float image
+    (SpaceSpec(kind="discrete", n=5), DISCRETE, "auto"),                         # discrete observations
+    (VECTOR, SpaceSpec(kind="box", shape=(2, 2), dtype="float32"), "auto"),      # 2-D box actions
+    (SpaceSpec(kind="box", shape=(4, 8, 8), dtype="uint8"), DISCRETE, "auto"),   # too small for the convs
+    (VECTOR, DISCRETE, "transformer"),
+])
+def test_build_model_rejects(obs_space, action_space, kind):
+    with pytest.raises(ValueError, match="space|kind"):
+        build_model(obs_space, action_space, ModelConfig(kind=kind))
+
+
+def test_categorical_greedy_is_the_most_likely_action():
+    torch.manual_seed(1)
+    model = build_model(VECTOR, DISCRETE, ModelConfig())
+    with torch.no_grad():
+        model.head.linear.weight.mul_(300)  # distinct, far-apart logits: no ties
+    obs = torch.randn(64, 8)
+    probs = Categorical(logits=model.head.linear(model.actor(obs))).probs
+    greedy = model.greedy(obs)
+    assert torch.equal(greedy, probs.argmax(-1))
+    assert len(set(greedy.tolist())) > 1, "one action everywhere would not tell argmax from a constant"
+
+
+def test_gaussian_greedy_is_the_mean():
+    torch.manual_seed(1)
+    model = build_model(VECTOR, BOX3, ModelConfig())
+    with torch.no_grad():
+        model.head.log_std.fill_(1.0)
+    obs = torch.randn(16, 8)
+    torch.testing.assert_close(model.greedy(obs), model.head.linear(model.actor(obs)))
+
+
+def test_gaussian_samples_have_std_exp_log_std():
+    torch.manual_seed(1)
+    model = build_model(VECTOR, BOX3, ModelConfig())
+    with torch.no_grad():
+        model.head.log_std.fill_(math.log(3.0))
+        model.head.log_std[1] = math.log(0.5)
+    obs = torch.randn(1, 8).expand(20_000, 8)
+    actions, logprob, _ = model.act(obs, generator=torch.Generator().manual_seed(0))
+    mean = model.head.linear(model.actor(obs[:1])).detach()
+    # 20k samples: the std estimate's relative error is ~0.5%, the mean's ~std/141
+    torch.testing.assert_close(actions.std(0), torch.tensor([3.0, 0.5, 3.0]), rtol=0.03, atol=0)
+    torch.testing.assert_close(actions.mean(0), mean[0], atol=4 * 3.0 / math.sqrt(20_000), rtol=0)
+    ref = Normal(mean.expand(20_000, 3), torch.tensor([3.0, 0.5, 3.0]))
+    torch.testing.assert_close(logprob, ref.log_prob(actions).sum(-1))

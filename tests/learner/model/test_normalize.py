@@ -1,0 +1,95 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from learner.model.normalize import ObsNormalizer, RewardScaler, RunningMeanStd
+
+
+def test_running_mean_std_matches_numpy():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(loc=3.0, scale=2.0, size=(n, 3)) for n in (1, 17, 64, 5)]
+    rms = RunningMeanStd((3,))
+    for b in batches:
+        rms.update(torch.as_tensor(b))
+    data = np.concatenate(batches)
+    # the 1e-4 prior count (mean 0, var 1) shifts the result by ~1e-4 relative at most
+    np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-4, atol=1e-4)
+    assert rms.count.item() == pytest.approx(len(data) + 1e-4)
+
+
+def test_running_mean_std_state_dict_round_trip():
+    rms = RunningMeanStd((2,))
+    rms.update(torch.randn(10, 2) * 5 + 1)
+    other = RunningMeanStd((2,))
+    other.load_state_dict(rms.state_dict())
+    for key in ("mean", "var", "count"):
+        assert torch.equal(getattr(other, key), getattr(rms, key))
+
+
+def test_obs_normalizer_normalizes_and_clips():
+    norm = ObsNormalizer((2,), clip=5.0)
+    data = torch.tensor([[0.0, 10.0], [2.0, 30.0], [4.0, 50.0]])
+    norm.update(data)
+    out = norm(torch.tensor([[2.0, 30.0], [1000.0, -1000.0]]))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out[0], torch.zeros(2), atol=1e-3, rtol=0)
+    torch.testing.assert_close(out[1], torch.tensor([5.0, -5.0]))
+    x = torch.tensor([[4.0, 50.0]])
+    expected = (x.double() - norm.rms.mean) / (norm.rms.var + 1e-8).sqrt()
+    torch.testing.assert_close(norm(x), expected.float())
+
+
+def test_reward_scaler_hand_sequence():
+    # gamma = 0.5, two envs; env 1's episode ends at step 0, so its return restarts at step 1.
+    #   step 0: rewards [1, 2] -> returns [1, 2]                    var{1, 2} = 0.25, std 0.5
+    #           scaled [1/0.5, 2/0.5] = [2, 4]; then env 1's return is reset
+    #   step 1: rewards [1, 0] -> returns [0.5*1 + 1, 0] = [1.5, 0]  var{1, 2, 1.5, 0} = 0.546875
+    #           scaled [1/sqrt(0.546875), 0]
+    #   step 2: rewards [1, 2] -> returns [0.75 + 1, 0 + 2] = [1.75, 2]
+    #           var{1, 2, 1.5, 0, 1.75, 2} = 0.4965277..., scaled [1, 2] / sqrt of it
+    scaler = RewardScaler(num_envs=2, gamma=0.5, clip=10.0)
+    rewards = torch.tensor([[1.0, 2.0], [1.0, 0.0], [1.0, 2.0]])
+    dones = torch.tensor([[False, True], [False, False], [False, False]])
+    out = scaler(rewards, dones)
+    var2 = np.var([1, 2, 1.5, 0, 1.75, 2])
+    expected = torch.tensor([[2.0, 4.0], [1 / math.sqrt(0.546875), 0.0], [1 / math.sqrt(var2), 2 / math.sqrt(var2)]])
+    torch.testing.assert_close(out, expected, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(scaler.returns, torch.tensor([1.75, 2.0], dtype=torch.float64))
+
+    # one step at a time gives the same as the whole [T, N] block
+    stepwise = RewardScaler(num_envs=2, gamma=0.5)
+    rows = [stepwise(rewards[t], dones[t]) for t in range(3)]
+    torch.testing.assert_close(torch.stack(rows), out)
+
+
+def test_reward_scaler_clip_and_no_update():
+    scaler = RewardScaler(num_envs=2, gamma=0.5, clip=3.0)
+    out = scaler(torch.tensor([1.0, 2.0]), torch.tensor([False, False]))
+    torch.testing.assert_close(out, torch.tensor([2.0, 3.0]), rtol=1e-3, atol=1e-4)  # 4 clipped to 3
+    state = {k: v.clone() for k, v in scaler.state_dict().items()}
+    scaler(torch.tensor([5.0, 5.0]), torch.tensor([True, True]), update=False)
+    for key, value in scaler.state_dict().items():
+        assert torch.equal(value, state[key])
+
+
+def test_reward_scaler_state_dict_resize_and_reset():
+    scaler = RewardScaler(num_envs=3, gamma=0.9)
+    scaler(torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]]), torch.zeros(2, 3, dtype=torch.bool))
+    restored = RewardScaler(num_envs=1, gamma=0.9)  # different slot count: adopts the checkpoint's
+    restored.load_state_dict(scaler.state_dict())
+    assert restored.num_envs == 3
+    assert torch.equal(restored.returns, scaler.returns)
+    assert torch.equal(restored.rms.var, scaler.rms.var)
+
+    old = scaler.returns.clone()
+    scaler.resize(5)
+    assert torch.equal(scaler.returns[:3], old) and (scaler.returns[3:] == 0).all()
+    scaler.resize(2)
+    assert torch.equal(scaler.returns, old[:2])
+    scaler.reset([1])
+    assert scaler.returns[1] == 0 and scaler.returns[0] == old[0]
+    with pytest.raises(ValueError, match="resize"):
+        scaler(torch.zeros(3), torch.zeros(3))

@@ -1,0 +1,206 @@
+"""rl_games' update rules as switches: the KL-adaptive learning rate and value normalization, each checked
+against a hand computation; the defaults stay CleanRL's."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from learner.config import Config, ConfigError, PPOConfig, from_dict, lr_schedule
+from learner.update.ranks import Ranks
+from learner.model.normalize import RunningMeanStd, ValueNormalizer
+from learner.collection.inference import Inference
+from learner.update.ppo import PPOUpdater, adaptive_lr
+from protocol.spaces import SpaceSpec
+from tests.learner.update.test_ppo_loss import make_batch, make_model
+
+
+class OtherRankKL(Ranks):
+    """One rank of a job whose other rank reports `extra` more weighted KL per minibatch (a [1] tensor is a
+    minibatch KL; anything else is summed as one rank would)."""
+
+    def __init__(self, extra: float):
+        super().__init__()
+        self.extra, self.kls = extra, []
+
+    def sum_tensor(self, t):
+        if t.shape == (1,):
+            self.kls.append(float(t[0]) + self.extra)
+            return t + self.extra
+        return t
+
+
+@pytest.mark.parametrize("lr,kl,expected", [
+    (1e-3, 0.03, 1e-3 / 1.5),   # KL > 2 x 0.01: slow down
+    (1e-3, 0.004, 1.5e-3),      # KL < 0.01 / 2: speed up
+    (1e-3, 0.01, 1e-3),         # in between: keep
+    (1e-3, 0.02, 1e-3),         # exactly 2 x threshold: keep (strictly greater slows down)
+    (1e-3, 0.005, 1e-3),        # exactly half: keep
+    (9e-3, 0.0, 1e-2),          # 1.35e-2 clamped to lr_max
+    (1.2e-6, 1.0, 1e-6),        # 8e-7 clamped to lr_min
+])
+def test_adaptive_rule_by_hand(lr, kl, expected):
+    assert adaptive_lr(lr, kl, 0.01, 1e-6, 1e-2) == pytest.approx(expected, rel=1e-12)
+
+
+def test_default_schedule_is_cleanrls_linear_and_anneal_lr_still_switches_it_off():
+    assert lr_schedule(PPOConfig()) == "linear"
+    assert lr_schedule(PPOConfig(anneal_lr=False)) == "constant"
+    assert lr_schedule(PPOConfig(lr_schedule="adaptive", anneal_lr=False)) == "adaptive"
+    assert PPOUpdater(make_model(), PPOConfig(learning_rate=1e-3, lr_schedule="constant"), "cpu").learning_rate(0.9) == 1e-3
+
+
+@pytest.mark.parametrize("table,match", [
+    ({"lr_schedule": "cosine"}, "ppo.lr_schedule must be linear, constant or adaptive"),
+    ({"lr_min": 1e-2, "lr_max": 1e-3}, "ppo.lr_min and ppo.lr_max"),
+    ({"lr_kl_threshold": 0.0}, "ppo.lr_kl_threshold must be > 0"),
+    ({"lr_schedule": "adaptive", "learning_rate": 0.5}, "must lie in"),
+])
+def test_schedule_keys_are_validated(table, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict({"ppo": table})
+
+
+def test_value_normalization_refused_with_policy_lag():
+    with pytest.raises(ConfigError, match="normalize.value is not supported with run.policy_lag"):
+        from_dict({"normalize": {"value": True}, "run": {"policy_lag": 1}})
+    assert isinstance(from_dict({"normalize": {"value": True}}), Config)
+
+
+def test_adaptive_lr_grows_by_1_5_per_minibatch_up_to_lr_max():
+    """Threshold 1e3: every minibatch's KL is far below half of it, so the rate goes x1.5 eight times."""
+    model = make_model()
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=1e3, lr_max=1.0,
+                    update_epochs=2, num_minibatches=4)
+    updater = PPOUpdater(model, cfg, "cpu")
+    stats = updater.update(make_batch(model), progress=0.7)  # progress plays no part
+    assert updater.lr == pytest.approx(1e-4 * 1.5 ** 8, rel=1e-12)
+    assert stats["learning_rate"] == pytest.approx(1e-4 * 1.5 ** 8, rel=1e-12)
+    assert updater.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4 * 1.5 ** 8, rel=1e-12)
+    capped = PPOUpdater(make_model(), PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=1e3,
+                                                lr_max=2e-3, update_epochs=2, num_minibatches=4), "cpu")
+    capped.update(make_batch(capped.model), progress=0.0)
+    assert capped.lr == pytest.approx(2e-3)  # 1.5e-3, then 2.25e-3 clamped
+
+
+def test_adaptive_lr_follows_the_job_wide_kl_of_each_minibatch():
+    """Another rank with a large KL (summed in by the ranks' all-reduce) makes every step slow down, and the
+    rate is the hand fold of the rule over the job's KLs, minibatch after minibatch."""
+    model = make_model()
+    ranks = OtherRankKL(extra=1.0)
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=0.01, update_epochs=2, num_minibatches=4)
+    updater = PPOUpdater(model, cfg, "cpu", ranks)
+    updater.update(make_batch(model), progress=0.0)
+    assert len(ranks.kls) == 8 and all(kl > 0.02 for kl in ranks.kls)
+    assert updater.lr == pytest.approx(1e-3 / 1.5 ** 8, rel=1e-12)
+    # a mid-range KL: fold the rule over the KLs the job saw, by hand
+    model = make_model()
+    ranks = OtherRankKL(extra=0.0)
+    updater = PPOUpdater(model, PPOConfig(lr_schedule="adaptive", learning_rate=0.05, lr_kl_threshold=0.004,
+                                          update_epochs=3, num_minibatches=4), "cpu", ranks)
+    updater.update(make_batch(model), progress=0.0)
+    lr = 0.05
+    for kl in ranks.kls:
+        lr = min(max(lr * 1.5 if kl < 0.002 else lr / 1.5 if kl > 0.008 else lr, 1e-6), 1e-2)
+    assert updater.lr == pytest.approx(lr, rel=1e-12)
+
+
+def test_adaptive_lr_is_checkpointed():
+    model = make_model()
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=1e3, lr_max=1.0, update_epochs=1)
+    updater = PPOUpdater(model, cfg, "cpu")
+    updater.update(make_batch(model), progress=0.0)
+    other = PPOUpdater(make_model(), cfg, "cpu")
+    other.load_state_dict(updater.state_dict())
+    assert other.lr == updater.lr == pytest.approx(1e-4 * 1.5 ** 4)
+    assert other.learning_rate(0.0) == updater.lr
+    old = updater.state_dict()
+    del old["learning_rate"]  # a checkpoint from before the schedule existed: the configured rate
+    other.load_state_dict(old)
+    assert other.lr == 1e-4
+
+
+def _hand_stats(returns: np.ndarray, prior_count=1e-4) -> tuple[float, float]:
+    """Mean and variance after merging `returns` into the prior (mean 0, var 1, count 1e-4), by hand."""
+    n, m, v = len(returns), float(np.mean(returns)), float(np.var(returns))
+    total = prior_count + n
+    mean = m * n / total
+    var = (1.0 * prior_count + v * n + m * m * prior_count * n / total) / total
+    return mean, var
+
+
+def test_value_normalizer_by_hand():
+    returns = torch.tensor([1.0, 2.0, 3.0, 10.0])
+    vn = ValueNormalizer()
+    vn.update_moments(vn.moments(returns))
+    mean, var = _hand_stats(returns.numpy())
+    assert float(vn.rms.mean) == pytest.approx(mean, rel=1e-12)
+    assert float(vn.rms.var) == pytest.approx(var, rel=1e-12)
+    x = torch.tensor([3.0, -1.0], dtype=torch.float64)
+    std = math.sqrt(var + 1e-5)
+    assert vn.normalize(x).tolist() == pytest.approx([(3 - mean) / std, (-1 - mean) / std], rel=1e-12)
+    assert vn.denormalize(vn.normalize(x)).tolist() == pytest.approx([3.0, -1.0], rel=1e-12)
+    assert vn.normalize(torch.tensor([1.0])).dtype == torch.float32
+
+
+def test_value_normalizer_moments_of_two_ranks_equal_one_learner_seeing_both():
+    a, b = torch.tensor([0.5, 4.0, -2.0]), torch.tensor([7.0, 1.0])
+    vn = ValueNormalizer()
+    vn.update_moments(vn.moments(a) + vn.moments(b))
+    ref = RunningMeanStd(())
+    ref.update(torch.cat([a, b]))
+    assert float(vn.rms.mean) == pytest.approx(float(ref.mean), rel=1e-12)
+    assert float(vn.rms.var) == pytest.approx(float(ref.var), rel=1e-12)
+    vn.update_moments(vn.moments(torch.empty(0)))  # a rank without samples changes nothing
+    assert float(vn.rms.count) == pytest.approx(5.0001)
+
+
+def test_critic_trains_on_normalized_returns_and_explained_variance_stays_raw():
+    model = make_model()
+    batch = make_batch(model, n=32)
+    batch["returns"] = batch["returns"] * 50 + 300  # far from unit scale
+    obs = batch["obs"]
+    with torch.no_grad():
+        v_new = model.value(obs).double().numpy()
+    returns = batch["returns"].double().numpy()
+    values = batch["values"].double().numpy()
+    vn = ValueNormalizer()
+    cfg = PPOConfig(update_epochs=1, num_minibatches=1, clip_vloss=False)
+    stats = PPOUpdater(model, cfg, "cpu", value_norm=vn).update(batch, progress=0.0)
+    mean, var = _hand_stats(returns)
+    target = (returns - mean) / math.sqrt(var + 1e-5)
+    assert stats["value_loss"] == pytest.approx(0.5 * np.mean((v_new - target) ** 2), rel=1e-5)
+    assert stats["explained_variance"] == pytest.approx(1 - np.var(returns - values) / np.var(returns), rel=1e-9)
+    assert float(vn.rms.mean) == pytest.approx(mean, rel=1e-12)
+
+
+def test_value_clipping_happens_in_normalized_units():
+    model = make_model()
+    batch = make_batch(model, n=16)
+    batch["returns"] = batch["returns"] * 50 + 300
+    with torch.no_grad():
+        v_new = model.value(batch["obs"]).double().numpy()
+    vn = ValueNormalizer()
+    cfg = PPOConfig(update_epochs=1, num_minibatches=1, clip_vloss=True, clip_coef=0.1)
+    stats = PPOUpdater(model, cfg, "cpu", value_norm=vn).update(batch, progress=0.0)
+    mean, var = _hand_stats(batch["returns"].double().numpy())
+    norm = lambda x: (x - mean) / math.sqrt(var + 1e-5)
+    target, old = norm(batch["returns"].double().numpy()), norm(batch["values"].double().numpy())
+    clipped = old + np.clip(v_new - old, -0.1, 0.1)
+    expected = 0.5 * np.mean(np.maximum((v_new - target) ** 2, (clipped - target) ** 2))
+    assert stats["value_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_policy_reports_de_normalized_values():
+    model = make_model()
+    vn = ValueNormalizer()
+    vn.update_moments(vn.moments(torch.tensor([8.0, 12.0])))  # mean ~10, var ~4
+    mean, std = float(vn.rms.mean), math.sqrt(float(vn.rms.var) + 1e-5)
+    policy = Inference(model, SpaceSpec(kind="discrete", n=3), torch.device("cpu"), None, seed=0, value_norm=vn)
+    obs = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    with torch.no_grad():
+        raw = model.value(torch.from_numpy(obs)).double().numpy()
+    assert policy.value(obs).double().numpy() == pytest.approx(raw * std + mean, rel=1e-5)
+    assert np.asarray(policy.act(obs).values, dtype=np.float64) == pytest.approx(raw * std + mean, rel=1e-5)
+    plain = Inference(model, SpaceSpec(kind="discrete", n=3), torch.device("cpu"), None, seed=0)
+    assert plain.value(obs).double().numpy() == pytest.approx(raw, rel=1e-6)
