@@ -204,12 +204,18 @@ class StopRequests:
         self.requested = True
 
     def started(self, proc: mp.Process) -> None:
-        """proc.start() with SIGINT ignored, inherited by the child from its first instruction on."""
+        """proc.start() with SIGINT ignored, inherited by the child from its first instruction on (an ignored
+        signal stays ignored through exec). SIGINT is blocked here meanwhile, so a Ctrl-C that lands during
+        the start is held (Linux never discards a blocked signal) and handled once the handler is back,
+        instead of being ignored here too; the child inherits the block, and its SIGINT stays held for good
+        (the launcher stops it with SIGTERM)."""
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             proc.start()
         finally:
             signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self._pids.append(proc.pid)
 
     def _on_signal(self, signum, _frame) -> None:

@@ -27,6 +27,7 @@ from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.collection.collector import Collector
 from learner.collection.inference import Inference
+from learner.rollout.link import DeviceLink
 from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.runner import UpdateRunner
@@ -219,9 +220,10 @@ class Learner:
             log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         self.lagged = r.policy_lag > 0 and not r.collect_only
         # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
+        self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         self.policy = Inference(copy.deepcopy(model) if self.lagged else model, action_space, device, self.obs_norm,
                                 seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
-                                random_actions=r.random_policy, value_norm=self.value_norm)
+                                random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * c.collective_timeout_s))
         self.collector = Collector(
@@ -230,7 +232,7 @@ class Learner:
             torch.long if action_space.kind == "discrete" else torch.float32, device, c.actor_timeout_s,
             lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,
             double_buffer=self.lagged, flow_through=r.collect_only and not r.deterministic,  # collect-only: no weights to wait for
-            watchdog=self.watchdog)
+            watchdog=self.watchdog, link=self.link)
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
         self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs

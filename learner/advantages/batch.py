@@ -24,7 +24,10 @@ class TrainingBatch:
 
 def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: float,
                      reward_scaler: RewardScaler | None = None) -> TrainingBatch | None:
-    """None when the rollout holds no valid step (every actor vanished before its first outcome)."""
+    """None when the rollout holds no valid step (every actor vanished before its first outcome).
+
+    Bootstrap values and reward scaling happen on the host rollout; then the rollout goes to the device
+    in one copy per array (none on a CPU) and GAE runs there."""
     extra = buf.finish(value_fn)
     valid, dones = extra["valid"], extra["dones"]
     n_valid = int(valid.sum())
@@ -33,12 +36,17 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
     rewards = buf.rewards
     if reward_scaler is not None:
         reward_scaler.reset([buf.slots[c] for c in sorted(buf.fresh)])  # a new env's return starts at 0
-        rewards = reward_scaler(rewards, dones, slots=buf.slots, valid=valid).to(buf.device)
-    advantages, returns = compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones, gamma, gae_lambda)
+        rewards = reward_scaler(rewards, dones, slots=buf.slots, valid=valid).float()
+    d = buf.to_device()
+    if reward_scaler is not None:
+        d["rewards"] = buf.link.to_device(rewards)
+    valid = buf.link.to_device(valid)
+    advantages, returns = compute_gae(d["rewards"], d["values"], d["next_values"], d["terminated"],
+                                      d["terminated"] | d["truncated"], gamma, gae_lambda)
     # all valid (the usual case): views, not a copy of the whole rollout
     take = (lambda x: x.flatten(0, 1)) if n_valid == valid.numel() else (lambda x: x[valid])
-    data = {"obs": take(buf.obs), "actions": take(buf.actions), "logprobs": take(buf.logprobs),
-            "values": take(buf.values), "advantages": take(advantages), "returns": take(returns)}
+    data = {"obs": take(d["obs"]), "actions": take(d["actions"]), "logprobs": take(d["logprobs"]),
+            "values": take(d["values"]), "advantages": take(advantages), "returns": take(returns)}
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
 
 

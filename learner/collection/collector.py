@@ -23,6 +23,7 @@ from learner.report.episodes import EpisodeStats
 from learner.gateway.gateway import Gateway
 from learner.collection.inference import Inference
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.link import DeviceLink
 from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
 
@@ -45,11 +46,14 @@ class Collector:
     def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, num_steps: int, obs_shape: tuple,
                  obs_dtype: torch.dtype, action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
                  actor_timeout_s: float, lockstep: bool = False, frame_stack: int = 1, startup_timeout_s: float = 0.0,
-                 double_buffer: bool = False, flow_through: bool = False, watchdog: Watchdog | None = None):
+                 double_buffer: bool = False, flow_through: bool = False, watchdog: Watchdog | None = None,
+                 link: DeviceLink | None = None):
         """`registry` is the gateway's (who is connected); `double_buffer` (policy lag): the previous rollout
         is still being trained on while this one fills; `flow_through` (collect-only): see the module doc;
-        `watchdog` is petted on every pass (the collector's loops are the learner's)."""
+        `watchdog` is petted on every pass (the collector's loops are the learner's); `link` makes (and
+        counts) the copies between the host rollouts and the device."""
         self.gateway, self.registry, self.policy = gateway, registry, policy
+        self.link = link or DeviceLink(device)
         self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
         self.num_steps, self.device = num_steps, device
         self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
@@ -148,7 +152,7 @@ class Collector:
         slots = [s for w in groups for s in w.slots]
         reuse = self._older if self.double_buffer else self.buffer
         self._older = self.buffer
-        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse)
+        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse, link=self.link)
         for w in groups:
             w.buffer = self.buffer
             self._mark_fresh(w)
@@ -160,7 +164,7 @@ class Collector:
         buf = self.buffer
         live = {s for c, s in enumerate(buf.slots) if not buf.dead[c]}
         slots = sorted(live.union(*(w.slots for w in self.parked.values())))  # parked: joiners, or done early
-        self.next = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self._older)
+        self.next = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self._older, link=self.link)
         for key, w in self.parked.items():
             w.buffer = self.next
             self._mark_fresh(w)
@@ -215,12 +219,12 @@ class Collector:
         t = buf.completed[cols[0]] - 1
         for i, final in finals.items():
             if report.truncated[i] and not report.terminated[i]:
-                buf.final_obs[(t, cols[i])] = torch.from_numpy(final.copy())
+                buf.final_obs[(t, cols[i])] = np.array(final)  # a copy: the received frame goes away
         if buf.wants_action(cols[0]):
             self.waiting[key] = item
             return
         for col, o in zip(cols, obs):  # T steps done: this obs bootstraps the rollout and starts the next one
-            buf.bootstrap_obs[col] = torch.from_numpy(o.copy())
+            buf.bootstrap_obs[col] = np.array(o)
         if self.flow_through and buf is self.buffer:
             if self.next is None:
                 self._start_next()
@@ -253,7 +257,7 @@ class Collector:
             if self.registry.get(w.actor.identity) is not w.actor:
                 start = end
                 continue
-            w.buffer.record_actions(w.buffer.columns(w.slots), result.obs[start:end], result.actions_t[start:end],
+            w.buffer.record_actions(w.buffer.columns(w.slots), result.obs[start:end], result.actions[start:end],
                                     result.logprobs[start:end], result.values[start:end])
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end

@@ -5,33 +5,35 @@ the rollout stores exactly what the policy saw: the update then reproduces the s
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from learner.model.networks import ActorCritic
+from learner.rollout.link import DeviceLink
 from learner.model.normalize import ObsNormalizer, ValueNormalizer
 from protocol.spaces import SpaceSpec
 
 
 @dataclass
 class ActResult:
-    """Tensors on the policy's device; numpy arrays where no tensor was needed (RolloutBuffer takes both)."""
-    actions: np.ndarray  # what is sent to the actors
-    obs: torch.Tensor | np.ndarray  # what the network saw (stored in the rollout)
-    actions_t: torch.Tensor | np.ndarray
-    logprobs: torch.Tensor | np.ndarray
-    values: torch.Tensor | np.ndarray
+    """One inference batch's results, in host memory (numpy): what the rollout stores and the actors get."""
+    actions: np.ndarray   # sent to the actors and stored (a Box action's unclipped sample)
+    obs: np.ndarray       # what the network saw (after observation normalization), stored in the rollout
+    logprobs: np.ndarray
+    values: np.ndarray    # de-normalized (raw return units) when the critic is trained on normalized ones
 
 
 class Inference:
+    """The learner's inference server: one batch of observations in, one batch of results out. On a GPU a
+    batch costs one copy to the device and one back (actions, log-probs and values packed together)."""
+
     def __init__(self, model: ActorCritic, action_space: SpaceSpec, device: torch.device,
                  obs_norm: ObsNormalizer | None, seed: int, random_actions: bool = False,
-                 value_norm: ValueNormalizer | None = None):
+                 value_norm: ValueNormalizer | None = None, link: DeviceLink | None = None):
         self.model, self.action_space, self.device = model, action_space, device
-        self.on_cpu = torch.device(device).type == "cpu"
+        self.link = link or DeviceLink(device)
         self.obs_norm = obs_norm
         self.value_norm = value_norm  # the critic speaks normalized units: values leave here de-normalized
         self.random_actions = random_actions
@@ -43,15 +45,8 @@ class Inference:
         """Serve `model`'s current weights (policy lag: the served copy catches up after each update)."""
         self.model.load_state_dict(model.state_dict())
 
-    def _to_device(self, obs: np.ndarray) -> torch.Tensor:
-        with warnings.catch_warnings():  # obs may be a read-only view of a received frame; torch only reads it
-            warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(obs)
-        # one copy to the device; pinning a fresh tensor first would copy every batch twice
-        return t.to(self.device)
-
     def prepare(self, obs: np.ndarray, update_stats: bool) -> torch.Tensor:
-        t = self._to_device(obs)
+        t = self.link.to_device(obs)
         if self.obs_norm is None:
             return t
         if update_stats:
@@ -67,20 +62,26 @@ class Inference:
     def _act(self, obs: np.ndarray) -> ActResult:
         x = self.prepare(obs, update_stats=True)
         action, logprob, value = self.model.act(x, generator=self.generator)
-        return ActResult(action.cpu().numpy(), x, action, logprob, self._raw(value))
+        n = len(obs)
+        packed = self.link.to_host(torch.cat([action.reshape(n, -1).to(logprob.dtype), logprob.reshape(n, 1),
+                                              self._raw(value).reshape(n, 1)], dim=1))
+        actions = packed[:, :-2].reshape(action.shape)
+        if self.action_space.kind == "discrete":
+            actions = actions.astype(np.int64)  # exact: action ids are small integers
+        seen = obs if self.obs_norm is None else self.link.to_host(x)
+        return ActResult(actions, seen, packed[:, -2], packed[:, -1])
 
     def _raw(self, values: torch.Tensor) -> torch.Tensor:
         return values if self.value_norm is None else self.value_norm.denormalize(values)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """V of raw observations (bootstrap and final ones: normalized without updating the stats)."""
-        if isinstance(obs, torch.Tensor):
-            obs = obs.cpu().numpy()
-        x = self.prepare(obs, update_stats=False)
+        """V of raw observations (bootstrap and final ones: normalized without updating the stats), as a host
+        tensor: one copy in, one out."""
         if self.random_actions:
-            return torch.zeros(len(obs), device=self.device)
-        return self._raw(self.model.value(x))
+            return torch.zeros(len(obs))
+        x = self.prepare(obs.numpy() if isinstance(obs, torch.Tensor) else obs, update_stats=False)
+        return torch.from_numpy(self.link.to_host(self._raw(self.model.value(x)).float()))
 
     def _random(self, obs: np.ndarray) -> ActResult:
         n, space = len(obs), self.action_space
@@ -90,11 +91,9 @@ class Inference:
             low = np.asarray(space.low, np.float32).reshape(space.shape)
             high = np.asarray(space.high, np.float32).reshape(space.shape)
             actions = self.rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
-        if self.on_cpu and self.obs_norm is None:
-            # nothing to compute: plain arrays, which a CPU rollout stores without torch's per-op overhead
-            zeros = np.zeros(n, np.float32)
-            return ActResult(actions, obs, actions, zeros, zeros)
+        zeros = np.zeros(n, np.float32)
+        if self.obs_norm is None:  # nothing to compute: no copy to the device at all
+            return ActResult(actions, obs, zeros, zeros)
         with torch.no_grad():
             x = self.prepare(obs, update_stats=True)
-        zeros = torch.zeros(n, device=self.device)
-        return ActResult(actions, x, torch.from_numpy(actions).to(self.device), zeros, zeros)
+        return ActResult(actions, self.link.to_host(x), zeros, zeros)

@@ -1,4 +1,6 @@
-"""One rollout of T steps for the env slots active when it began, kept on the learner's device.
+"""One rollout of T steps for the env slots active when it began, kept in host memory (pinned when the
+learner's device is a GPU): every message writes slice copies into it, and the finished rollout goes to
+the device once per update (`to_device`).
 
 Slots advance independently (whichever actor is ready gets served), so each column has its own time
 index. A column whose actor vanished stops early: its steps after the last completed one are masked
@@ -10,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from learner.rollout.link import DeviceLink
+
 
 _PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated")
 
@@ -17,57 +21,45 @@ _PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "t
 class RolloutBuffer:
     def __init__(self, slots: list[int], num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
                  action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
-                 reuse: "RolloutBuffer | None" = None):
+                 reuse: "RolloutBuffer | None" = None, link: DeviceLink | None = None):
         self.slots = list(slots)
         self.column = {slot: i for i, slot in enumerate(self.slots)}
         T, N = num_steps, len(self.slots)
-        self.T, self.N, self.device = T, N, device
-        z = dict(device=device)
+        self.T, self.N, self.device = T, N, torch.device(device)
+        self.link = link or DeviceLink(device)
+        host = self.link.host_tensor
         shape = (T, N, *obs_shape)
         if reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == obs_dtype:
-            self.obs = reuse.obs  # the update copied what it needs; rewriting in place saves page faults
+            self.obs = reuse.obs  # nobody reads the older rollout any more; rewriting in place saves page faults
         else:
-            self.obs = torch.empty(shape, dtype=obs_dtype, **z)  # only read where valid_mask() holds
-        self.actions = torch.zeros((T, N, *action_shape), dtype=action_dtype, **z)
-        self.logprobs = torch.zeros((T, N), **z)
-        self.values = torch.zeros((T, N), **z)
-        self.rewards = torch.zeros((T, N), **z)
-        self.terminated = torch.zeros((T, N), dtype=torch.bool, **z)
-        self.truncated = torch.zeros((T, N), dtype=torch.bool, **z)
-        self.next_values = torch.zeros((T, N), **z)
+            self.obs = host(shape, obs_dtype)  # only read where valid_mask() holds
+        self.actions = host((T, N, *action_shape), action_dtype)
+        self.logprobs = host((T, N), torch.float32)
+        self.values = host((T, N), torch.float32)
+        self.rewards = host((T, N), torch.float32)
+        self.terminated = host((T, N), torch.bool)
+        self.truncated = host((T, N), torch.bool)
+        self.next_values = host((T, N), torch.float32)
         self.acted = [0] * N     # actions sent per column (obs[t], actions[t], ... written for t < acted)
         self.completed = [0] * N  # steps whose outcome (reward, flags) has arrived
         self.dead = [False] * N
         self.fresh: set[int] = set()  # columns whose env was (re)started for this rollout: new returns
-        self.bootstrap_obs: dict[int, torch.Tensor] = {}         # column -> observation after step T-1
-        self.final_obs: dict[tuple[int, int], torch.Tensor] = {}  # (t, column) -> last obs before a truncation
-        self._host = None  # on a CPU device: numpy views sharing the storage of what _put writes
-        if torch.device(device).type == "cpu":
-            self._host = {name: getattr(self, name).numpy() for name in _PER_STEP}
+        self.bootstrap_obs: dict[int, np.ndarray] = {}         # column -> observation after step T-1
+        self.final_obs: dict[tuple[int, int], np.ndarray] = {}  # (t, column) -> last obs before a truncation
+        self._host = {name: getattr(self, name).numpy() for name in _PER_STEP}  # views _put writes through
 
     def columns(self, slots) -> list[int]:
         return [self.column[s] for s in slots]
 
-    def _put(self, name: str, t: int, cols: list[int], src) -> None:
+    def _put(self, name: str, t: int, cols: list[int], src: np.ndarray) -> None:
         """self.<name>[t, cols] = src, several times per message: the collector's hottest code.
 
-        A group's columns are almost always contiguous, and a slice copy costs microseconds where
-        advanced indexing costs milliseconds on CPU. On a CPU device the copy goes through a numpy view
-        of the same memory: about 1 us per array, where torch's indexing and copy_ cost 5-10 us."""
+        A group's columns are almost always contiguous, and a slice copy costs microseconds where advanced
+        indexing costs milliseconds. The copy goes through a numpy view of the host memory: about 1 us per
+        array, where torch's indexing and copy_ cost 5-10 us."""
         c0, n = cols[0], len(cols)
         index = slice(c0, c0 + n) if cols[-1] - c0 == n - 1 else cols
-        if self._host is not None:
-            self._host[name][t, index] = src.numpy() if isinstance(src, torch.Tensor) else src
-            return
-        if isinstance(src, np.ndarray):  # small received arrays are read-only views: copy them
-            src = torch.from_numpy(src.copy())
-        src = src.to(self.device, non_blocking=True)
-        row = getattr(self, name)[t]
-        if isinstance(index, slice):
-            row[index].copy_(src)
-        else:
-            for i, c in enumerate(cols):
-                row[c].copy_(src[i])
+        self._host[name][t, index] = src
 
     def record_actions(self, cols: list[int], obs, actions, logprobs, values) -> None:
         """Store one inference result for columns that are all at the same step."""
@@ -94,27 +86,32 @@ class RolloutBuffer:
         self.dead[col] = True
 
     def valid_mask(self) -> torch.Tensor:
-        t = torch.arange(self.T, device=self.device).unsqueeze(1)
-        return t < torch.as_tensor(self.completed, device=self.device).unsqueeze(0)
+        t = torch.arange(self.T).unsqueeze(1)
+        return t < torch.as_tensor(self.completed).unsqueeze(0)
 
     def finish(self, value_fn) -> dict[str, torch.Tensor]:
-        """Fill next_values with value_fn (a batched V) and cut dead columns; returns dones and valid."""
+        """Fill next_values with value_fn (a batched V: every bootstrap and final observation in one batch)
+        and cut dead columns; returns dones and valid (host tensors)."""
         self.next_values[:-1] = self.values[1:]
         extra_obs, targets = [], []
         for col, obs in sorted(self.bootstrap_obs.items()):  # sorted: arrival order must not matter
-            extra_obs.append(obs)
+            extra_obs.append(np.asarray(obs))
             targets.append((self.T - 1, col))
         for (t, col), obs in sorted(self.final_obs.items()):
-            extra_obs.append(obs)
+            extra_obs.append(np.asarray(obs))
             targets.append((t, col))
         if extra_obs:
-            vals = value_fn(torch.stack(extra_obs))
-            for (t, col), v in zip(targets, vals):
-                self.next_values[t, col] = v
+            vals = value_fn(np.stack(extra_obs))
+            rows, cols = zip(*targets)
+            self.next_values[list(rows), list(cols)] = torch.as_tensor(vals, dtype=torch.float32).reshape(-1)
         for col in range(self.N):
             if self.dead[col] and col not in self.bootstrap_obs:
                 self._cut(col)
         return {"dones": self.terminated | self.truncated, "valid": self.valid_mask()}
+
+    def to_device(self) -> dict[str, torch.Tensor]:
+        """The rollout's arrays on the learner's device: one copy each, once per update (none on a CPU)."""
+        return {name: self.link.to_device(getattr(self, name)) for name in (*_PER_STEP, "next_values")}
 
     def _cut(self, col: int) -> None:
         """End a vanished actor's column at its last step whose bootstrap is known."""

@@ -73,21 +73,16 @@ def test_non_contiguous_columns_are_written_to_the_right_place():
     assert buf.acted == [1, 0, 1]
 
 
-def test_numpy_views_and_the_torch_path_write_the_same():
-    """On CPU, writes go through numpy views of the storage; elsewhere (a GPU) through torch: same result."""
-    bufs = [make(n=3, T=2), make(n=3, T=2)]
-    bufs[1]._host = None  # the path a non-CPU device takes
-    for buf in bufs:
-        buf.obs.fill_(0.0)
-        for cols in ([0, 1], [2]), ([0, 2], [1]):  # contiguous and not
-            for group in cols:
-                k = len(group)
-                obs = np.arange(2 * k, dtype=np.float32).reshape(k, 2) + 10 * group[0]  # numpy: random policy
-                buf.record_actions(group, obs, np.array(group), np.zeros(k, np.float32), torch.full((k,), 0.5))
-                buf.record_outcome(group, np.full(k, 1.5, np.float32), np.array([True] * k), np.zeros(k, bool))
-    for name in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated"):
-        assert torch.equal(getattr(bufs[0], name), getattr(bufs[1], name)), name
-    assert bufs[0].obs[1, :, 0].tolist() == [0.0, 10.0, 2.0] and bufs[0].actions[1].tolist() == [0, 1, 2]
+def test_writes_land_in_host_memory_by_slices_contiguous_or_not():
+    buf = make(n=3, T=2)
+    for cols in ([0, 1], [2]), ([0, 2], [1]):  # contiguous and not
+        for group in cols:
+            k = len(group)
+            obs = np.arange(2 * k, dtype=np.float32).reshape(k, 2) + 10 * group[0]
+            buf.record_actions(group, obs, np.array(group), np.zeros(k, np.float32), np.full(k, 0.5, np.float32))
+            buf.record_outcome(group, np.full(k, 1.5, np.float32), np.array([True] * k), np.zeros(k, bool))
+    assert buf.obs[1, :, 0].tolist() == [0.0, 10.0, 2.0] and buf.actions[1].tolist() == [0, 1, 2]
+    assert buf.values.eq(0.5).all() and buf.rewards.eq(1.5).all() and buf.terminated.all()
 
 
 def test_dead_column_whose_last_step_was_a_truncation_keeps_the_final_obs_bootstrap():
@@ -141,3 +136,35 @@ def test_dead_column_ending_in_a_termination_is_kept_as_it_is():
     out = buf.finish(lambda obs: obs[:, 0])
     assert out["valid"][:, 0].tolist() == [True, True, False]
     assert buf.terminated[1, 0] and not buf.truncated[1, 0]
+
+
+def test_host_device_copies_per_rollout_do_not_grow_with_the_messages():
+    """Messages write host memory only; the device sees one copy in and one out per inference batch, and
+    the finished rollout once (one copy per array, one batch of bootstrap observations), whatever T is."""
+    from learner.advantages.batch import rollout_to_batch
+    from learner.collection.inference import Inference
+    from learner.config import ModelConfig
+    from learner.model.networks import build_model
+    from learner.rollout.link import DeviceLink
+    from protocol.spaces import SpaceSpec
+    obs_space, act_space = SpaceSpec(kind="box", shape=(2,), dtype="float32"), SpaceSpec(kind="discrete", n=3)
+    model = build_model(obs_space, act_space, ModelConfig(hidden=8))
+    per_rollout = []
+    for T in (4, 32):
+        link = DeviceLink("cpu")
+        inference = Inference(model, act_space, torch.device("cpu"), None, seed=0, link=link)
+        buf = RolloutBuffer([0, 1, 2, 3], T, (2,), torch.float32, (), torch.long, torch.device("cpu"), link=link)
+        rng = np.random.default_rng(T)
+        for t in range(T):
+            result = inference.act(rng.standard_normal((4, 2)).astype(np.float32))  # both groups in one batch
+            for group in ([0, 1], [2, 3]):  # two messages per step
+                s = slice(group[0], group[-1] + 1)
+                buf.record_actions(group, result.obs[s], result.actions[s], result.logprobs[s], result.values[s])
+                buf.record_outcome(group, np.ones(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+        for col in range(4):
+            buf.bootstrap_obs[col] = rng.standard_normal(2).astype(np.float32)
+        assert (link.to_device_copies, link.to_host_copies) == (T, T), "one copy each way per inference batch"
+        batch = rollout_to_batch(buf, inference.value, 0.99, 0.95)
+        assert batch.n_valid == 4 * T
+        per_rollout.append((link.to_device_copies - T, link.to_host_copies - T))
+    assert per_rollout[0] == per_rollout[1] == (10, 1), per_rollout  # 8 arrays + valid + bootstrap batch; values back
