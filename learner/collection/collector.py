@@ -250,14 +250,15 @@ class Collector:
         batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
         self.waiting = {}
         self._count_episodes(batch)
-        result = self.policy.act(batch[0].obs if len(batch) == 1 else np.concatenate([w.obs for w in batch]))
+        result = self.policy.act([w.obs for w in batch])
         start = 0
         for w in batch:
             end = start + len(w.slots)
             if self.registry.get(w.actor.identity) is not w.actor:
                 start = end
                 continue
-            w.buffer.record_actions(w.buffer.columns(w.slots), result.obs[start:end], result.actions[start:end],
+            seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
+            w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
                                     result.logprobs[start:end], result.values[start:end])
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end

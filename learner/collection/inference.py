@@ -5,6 +5,7 @@ the rollout stores exactly what the policy saw: the update then reproduces the s
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ from protocol.spaces import SpaceSpec
 class ActResult:
     """One inference batch's results, in host memory (numpy): what the rollout stores and the actors get."""
     actions: np.ndarray   # sent to the actors and stored (a Box action's unclipped sample)
-    obs: np.ndarray       # what the network saw (after observation normalization), stored in the rollout
+    obs: np.ndarray | None  # what the network saw after observation normalization (None: the input as it was)
     logprobs: np.ndarray
     values: np.ndarray    # de-normalized (raw return units) when the critic is trained on normalized ones
 
@@ -53,9 +54,15 @@ class Inference:
             self.obs_norm.update(t)
         return self.obs_norm(t)
 
-    def act(self, obs: np.ndarray) -> ActResult:
+    def act(self, groups: list[np.ndarray]) -> ActResult:
+        """Actions for every waiting group's observations, in one batch (the groups' rows in order)."""
+        if self.random_actions and self.obs_norm is None:
+            return self._random(sum(len(g) for g in groups))  # nothing reads the observations: no copy at all
+        obs = groups[0] if len(groups) == 1 else np.concatenate(groups)
         if self.random_actions:
-            return self._random(obs)
+            with torch.no_grad():
+                seen = self.link.to_host(self.prepare(obs, update_stats=True))
+            return dataclasses.replace(self._random(len(obs)), obs=seen)
         return self._act(obs)
 
     @torch.no_grad()
@@ -68,7 +75,7 @@ class Inference:
         actions = packed[:, :-2].reshape(action.shape)
         if self.action_space.kind == "discrete":
             actions = actions.astype(np.int64)  # exact: action ids are small integers
-        seen = obs if self.obs_norm is None else self.link.to_host(x)
+        seen = None if self.obs_norm is None else self.link.to_host(x)
         return ActResult(actions, seen, packed[:, -2], packed[:, -1])
 
     def _raw(self, values: torch.Tensor) -> torch.Tensor:
@@ -83,8 +90,8 @@ class Inference:
         x = self.prepare(obs.numpy() if isinstance(obs, torch.Tensor) else obs, update_stats=False)
         return torch.from_numpy(self.link.to_host(self._raw(self.model.value(x)).float()))
 
-    def _random(self, obs: np.ndarray) -> ActResult:
-        n, space = len(obs), self.action_space
+    def _random(self, n: int) -> ActResult:
+        space = self.action_space
         if space.kind == "discrete":
             actions = self.rng.integers(0, space.n, size=n, dtype=np.int64)
         else:
@@ -92,8 +99,4 @@ class Inference:
             high = np.asarray(space.high, np.float32).reshape(space.shape)
             actions = self.rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
         zeros = np.zeros(n, np.float32)
-        if self.obs_norm is None:  # nothing to compute: no copy to the device at all
-            return ActResult(actions, obs, zeros, zeros)
-        with torch.no_grad():
-            x = self.prepare(obs, update_stats=True)
-        return ActResult(actions, self.link.to_host(x), zeros, zeros)
+        return ActResult(actions, None, zeros, zeros)

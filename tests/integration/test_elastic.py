@@ -49,7 +49,8 @@ def test_only_allowed_keys_join_and_a_joiner_widens_the_rollout(tmp_path):
             kill_group(extra)
         out = stop(proc)
     assert proc.returncode == 0, out[-2000:]  # a clean stop on SIGTERM: a final checkpoint, every process gone
-    assert "final checkpoint" in (run_dir / "learner.log").read_text(), out[-2000:]
+    last = metrics(run_dir)[-1]["update"]  # the final checkpoint holds the last update (written then, or just before)
+    assert (run_dir / "checkpoints" / f"ckpt_{last:08d}.pt").exists(), out[-2000:]
     assert_no_stragglers(run_dir)
 
 

@@ -26,7 +26,7 @@ def test_act_counts_observations_value_does_not():
     policy, model = make_policy()
     rng = np.random.default_rng(0)
     fresh = rng.normal(5.0, 2.0, size=(6, 3)).astype(np.float32)
-    result = policy.act(fresh)
+    result = policy.act([fresh[:4], fresh[4:]])  # two groups, one batch
     after_act = norm_state(policy)
     assert after_act["rms.count"].item() > 6 - 1e-3, "act() counts the fresh observations"
     np.testing.assert_allclose(after_act["rms.mean"].numpy(), fresh.mean(0), rtol=1e-3)

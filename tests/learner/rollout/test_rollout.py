@@ -156,10 +156,11 @@ def test_host_device_copies_per_rollout_do_not_grow_with_the_messages():
         buf = RolloutBuffer([0, 1, 2, 3], T, (2,), torch.float32, (), torch.long, torch.device("cpu"), link=link)
         rng = np.random.default_rng(T)
         for t in range(T):
-            result = inference.act(rng.standard_normal((4, 2)).astype(np.float32))  # both groups in one batch
-            for group in ([0, 1], [2, 3]):  # two messages per step
+            obs = rng.standard_normal((4, 2)).astype(np.float32)
+            result = inference.act([obs[:2], obs[2:]])  # both groups (two messages) in one batch
+            for group in ([0, 1], [2, 3]):
                 s = slice(group[0], group[-1] + 1)
-                buf.record_actions(group, result.obs[s], result.actions[s], result.logprobs[s], result.values[s])
+                buf.record_actions(group, obs[s], result.actions[s], result.logprobs[s], result.values[s])
                 buf.record_outcome(group, np.ones(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
         for col in range(4):
             buf.bootstrap_obs[col] = rng.standard_normal(2).astype(np.float32)

@@ -201,6 +201,6 @@ def test_policy_reports_de_normalized_values():
     with torch.no_grad():
         raw = model.value(torch.from_numpy(obs)).double().numpy()
     assert policy.value(obs).double().numpy() == pytest.approx(raw * std + mean, rel=1e-5)
-    assert np.asarray(policy.act(obs).values, dtype=np.float64) == pytest.approx(raw * std + mean, rel=1e-5)
+    assert np.asarray(policy.act([obs]).values, dtype=np.float64) == pytest.approx(raw * std + mean, rel=1e-5)
     plain = Inference(model, SpaceSpec(kind="discrete", n=3), torch.device("cpu"), None, seed=0)
     assert plain.value(obs).double().numpy() == pytest.approx(raw, rel=1e-6)
