@@ -18,6 +18,7 @@ on the same machine state. The synthetic actors always speak this checkout's pro
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -36,6 +37,7 @@ for _path in (REPO, HERE):
 from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
 
 RECORDED_REPORTS = 8  # distinct step reports each synthetic group cycles through
+_RUN_IDS = itertools.count()
 
 
 # ----------------------------------------------------------------------------------------------- actors
@@ -111,7 +113,7 @@ def _zeros_like(k: int):
 def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, label: str) -> dict:
     groups, actors = 2, args.actors
     num_envs = per_message * groups
-    run_dir = tmp / f"{label}-{policy}-{per_message}"
+    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}"
     cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", "cpu",
            "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
            "--set", 'cluster.address="tcp://127.0.0.1:0"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
@@ -133,9 +135,9 @@ def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, labe
         metrics = run_dir / "metrics.jsonl"
         _wait_for(lambda: len(read_metrics(metrics)) >= 2, args.row_timeout, "two rollouts", proc, run_dir)
         pid = int(endpoints["pid"])
-        a = read_metrics(metrics)[-1], proc_stat(pid)[4]
+        a = read_metrics(metrics)[-1], _cpu_ticks(pid)
         time.sleep(args.seconds)  # the measured window
-        b = read_metrics(metrics)[-1], proc_stat(pid)[4]
+        b = read_metrics(metrics)[-1], _cpu_ticks(pid)
     finally:
         terminate(proc, 30)
         kill_group(proc.pid)
@@ -152,6 +154,13 @@ def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, labe
     return {"checkout": label, "policy": policy, "envs_per_message": per_message, "sps": steps / seconds,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "env_steps": steps}
+
+
+def _cpu_ticks(pid: int) -> int:
+    stat = proc_stat(pid)
+    if stat is None:
+        raise RuntimeError(f"the learner (pid {pid}) is gone")
+    return stat[4]
 
 
 def _json(path: Path):

@@ -133,10 +133,10 @@ class ParentWatch:
     def _watch(self) -> None:
         while os.getppid() == self.parent_pid:
             time.sleep(self.every_s)
-        log.error("error: the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
+        log.error("the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
         self.stop.request()
         time.sleep(self.grace_s)  # the main thread exits the process before this ends, unless it is stuck
-        log.error("error: still running %gs after the launcher died: exiting now", self.grace_s)
+        log.error("still running %gs after the launcher died: exiting now", self.grace_s)
         logging.shutdown()
         os._exit(1)
 
