@@ -262,6 +262,8 @@ def _check_outcome(report: StepReport) -> None:
         raise ProtocolError("step: episode_returns must be finite")
     if len(report.episode_lengths) and report.episode_lengths.min() < 0:
         raise ProtocolError("step: episode_lengths must be >= 0")
+    if not len(report.final_index) and not report.truncated.any():
+        return  # the usual step: nothing cut by a time limit, nothing to match
     cut = np.flatnonzero(report.truncated & ~report.terminated).tolist()
     if sorted(report.final_index.tolist()) != cut:
         raise ProtocolError(f"step: final_index {report.final_index.tolist()[:8]} must list each env truncated "

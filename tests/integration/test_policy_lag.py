@@ -16,6 +16,8 @@ disk. Then:
 """
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import time
 
@@ -49,6 +51,14 @@ def run_update(updater: PPOUpdater, batch: dict, update: int, generator: torch.G
     return updater.update(batch, 0.0, generator)  # anneal_lr is off: progress does not matter
 
 
+def next_message(sock, deadline: float):
+    """The next message from the learner, failing past the deadline."""
+    while time.monotonic() < deadline:
+        if sock.poll(100):
+            return m.decode(sock.recv_multipart())
+    raise AssertionError("the learner went silent")
+
+
 def act_as_actor(address: str, deadline: float) -> tuple[list, list, list, dict]:
     """Join with K Pendulum envs, answer every Actions until the learner says goodbye.
 
@@ -61,12 +71,7 @@ def act_as_actor(address: str, deadline: float) -> tuple[list, list, list, dict]
     try:
         sock.send_multipart(m.encode(m.Handshake(K, "test-actor")))
 
-        def recv():
-            while time.monotonic() < deadline:
-                if sock.poll(100):
-                    return m.decode(sock.recv_multipart())
-            raise AssertionError("the learner went silent")
-
+        recv = partial(next_message, sock, deadline)
         welcome = recv()
         assert isinstance(welcome, m.Welcome), welcome
         settings = EnvSettings.from_dict(welcome.env)
@@ -215,12 +220,7 @@ def play(address: str, deadline: float, leave_at: int | None = None) -> list[np.
     try:
         sock.send_multipart(m.encode(m.Handshake(K, f"player-{leave_at}")))
 
-        def recv():
-            while time.monotonic() < deadline:
-                if sock.poll(100):
-                    return m.decode(sock.recv_multipart())
-            raise AssertionError("the learner went silent")
-
+        recv = partial(next_message, sock, deadline)
         welcome = recv()
         assert isinstance(welcome, m.Welcome), welcome
         envs = [make_env(EnvSettings.from_dict(welcome.env), seed) for seed in welcome.seeds]

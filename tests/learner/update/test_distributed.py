@@ -65,22 +65,28 @@ def _worker(rank: int, store: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def ranks_dir(tmp_path_factory):
-    """One real 2-rank job for every test in this file (starting processes is the slow part)."""
-    tmp_path = tmp_path_factory.mktemp("ranks")
+def _spawn(target, tmp_path, timeout_s: float = 120) -> list[int]:
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, str(tmp_path / "store"), str(tmp_path))) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, str(tmp_path / "store"), str(tmp_path))) for r in range(2)]
     for p in procs:
         p.start()
     try:
         for p in procs:
-            p.join(120)
-            assert p.exitcode == 0, f"rank process exit code {p.exitcode}"
+            p.join(timeout_s)
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
+                p.join()
+    return [p.exitcode for p in procs]
+
+
+@pytest.fixture(scope="module")
+def ranks_dir(tmp_path_factory):
+    """One real 2-rank job for every test in this file (starting processes is the slow part)."""
+    tmp_path = tmp_path_factory.mktemp("ranks")
+    codes = _spawn(_worker, tmp_path)
+    assert codes == [0, 0], f"rank process exit codes {codes}"
     return tmp_path
 
 
@@ -132,22 +138,6 @@ def _stats_worker(rank: int, store: str, out_dir: str) -> None:
     finally:
         dist.barrier()
         dist.destroy_process_group()
-
-
-def _spawn(target, tmp_path, timeout_s: float = 120) -> list[int]:
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=target, args=(r, str(tmp_path / "store"), str(tmp_path))) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout_s)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return [p.exitcode for p in procs]
 
 
 def test_explained_variance_and_first_minibatch_statistics_are_the_jobs(tmp_path):
