@@ -76,6 +76,8 @@ class ClusterConfig:
     """the run ends, naming the actors it waited on, if its first rollout cannot start within this (0: wait)"""
     learners: int = 1
     """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
+    collectors: int = 0
+    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs and with normalize.obs)"""
     collective_timeout_s: float = 300.0
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: int = 64
@@ -375,6 +377,11 @@ def validate(cfg: Config) -> None:
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
     _require(c.startup_timeout_s >= 0, f"cluster.startup_timeout_s must be >= 0, got {c.startup_timeout_s}")
     _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
+    _require(0 <= c.collectors <= 64, f"cluster.collectors must be in [0, 64] (0: from the device and cores), got {c.collectors}")
+    _require(c.collectors <= 1 or not r.deterministic, f"cluster.collectors = {c.collectors} is not exact across "
+             "process scheduling: deterministic runs collect in one process (set cluster.collectors = 1)")
+    _require(c.collectors <= 1 or not cfg.normalize.obs, f"cluster.collectors = {c.collectors} with normalize.obs: "
+             "each collector would keep its own observation statistics (set cluster.collectors = 1)")
     _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")

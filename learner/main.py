@@ -27,6 +27,9 @@ from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.collection.collector import Collector
 from learner.collection.inference import Inference
+from learner.collection.local import LocalCollection
+from learner.collection.pool import CollectorPool, default_collectors
+from learner.collection.process import CollectorSpec
 from learner.rollout.link import DeviceLink
 from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
@@ -36,6 +39,7 @@ from learner.update.ranks import (RankBalancer, Ranks, RanksLost, advertised_add
 from learner.weights import checkpoint
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
+from learner.weights.shared import SharedWeights
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
@@ -92,6 +96,13 @@ def probe_spaces(settings: EnvSettings, seed: int):
         return describe_spaces(env)
     finally:
         env.close()
+
+
+def collector_address(address: str, index: int) -> str:
+    """Where collector `index` > 0 binds: a free port of collector 0's host, or an ipc path beside its own."""
+    if address.startswith("ipc://"):
+        return f"{address}-collector-{index}"
+    return f"{address.rpartition(':')[0]}:0"
 
 
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
@@ -213,26 +224,22 @@ class Learner:
             self._resume()
         self._sync_from_rank0()
         c = cfg.cluster
-        self.registry = ActorRegistry()  # who is connected: the gateway admits them, the collector serves them
-        self.balancer = self._balancer()  # rank 0 of several: which rank a joiner goes to
-        self._open_sockets(actor_env, actor_obs_space, action_space)
-        if stack > 1:
-            log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         self.lagged = r.policy_lag > 0 and not r.collect_only
         # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
+        # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
+        # bootstrap values of their rollouts only
         self.policy = Inference(copy.deepcopy(model) if self.lagged else model, action_space, device, self.obs_norm,
                                 seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * c.collective_timeout_s))
-        self.collector = Collector(
-            self.gateway, self.registry, self.policy, p.num_steps, obs_space.shape,
-            TORCH_DTYPES.get(obs_space.dtype, torch.float32), action_space.shape,
-            torch.long if action_space.kind == "discrete" else torch.float32, device, c.actor_timeout_s,
-            lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,
-            double_buffer=self.lagged, flow_through=r.collect_only and not r.deterministic,  # collect-only: no weights to wait for
-            watchdog=self.watchdog, link=self.link)
+        self.layout = (obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32), action_space.shape,
+                       torch.long if action_space.kind == "discrete" else torch.float32)
+        self.spaces = (actor_env, actor_obs_space, obs_space, action_space, stack)
+        self._open_sockets()
+        if stack > 1:
+            log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
         self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
@@ -240,7 +247,7 @@ class Learner:
             self.metrics = MetricsWriter(run_dir, cfg)
             self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
         self.min_envs = min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, ranks.rank)
-        self.empty = empty_batch(self.collector, device)
+        self.empty = empty_batch(self.collection, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
@@ -248,7 +255,7 @@ class Learner:
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
         self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
 
-    def _balancer(self) -> RankBalancer | None:
+    def _rank_targets(self) -> tuple[list[int], list[int]] | None:
         """Rank 0 of a multi-rank job sends joiners to the other ranks: until the first update's count each
         rank's share of min_envs is its target and its own local actors its load (they join it directly)."""
         if not (self.ranks.distributed and self.ranks.main):
@@ -257,10 +264,10 @@ class Learner:
         targets = [min_envs_of_rank(c.min_envs, self.cfg.num_envs, c.actors, c.envs_per_actor, c.learners, rank)
                    for rank in range(world)]
         loads = [local_slots_of_rank(c.actors, c.envs_per_actor, c.learners, rank) for rank in range(world)]
-        return RankBalancer(self.registry.num_slots, targets, loads)
+        return targets, loads
 
-    def _open_sockets(self, actor_env, actor_obs_space, action_space) -> None:
-        """The gateway (actors' requests) and the weight publisher, bound at this rank's addresses."""
+    def _open_sockets(self) -> None:
+        """The collection's sockets (actors' requests) and the weight publisher, bound at this rank's addresses."""
         cfg, ranks = self.cfg, self.ranks
         self.ctx = zmq.Context()
         self.curve = None
@@ -271,23 +278,58 @@ class Learner:
                 self.curve.start_authenticator(self.ctx)
         run_id = uuid.uuid4().hex[:12]
         address, weights_address = (rank_address(a, ranks.rank) for a in (cfg.cluster.address, cfg.cluster.weights_address))
+        k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
+                               cfg.normalize.obs)
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
-            self.gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
-                                   cfg.run.seed + 100_003 * ranks.rank, self.state["update"], run_id,
-                                   cfg.cluster.max_message_mb << 20, curve=self.curve, registry=self.registry,
-                                   redirect=self.balancer)
+            self.collection = self._local(address, run_id) if k == 1 else self._pool(k, address, run_id)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
             self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
-        advertised = advertised_address(self.gateway.endpoint, cfg.cluster.advertise_host)
+        endpoint = self.collection.endpoint
+        advertised = advertised_address(endpoint, cfg.cluster.advertise_host)
         self.rank_addresses = ranks.gather_strings(advertised)  # where rank 0 redirects joiners: reachable
-        if self.balancer is not None:
-            self.balancer.know(self.rank_addresses)
-        write_endpoints(self.run_dir, {"address": self.gateway.endpoint, "weights_address": self.publisher.endpoint,
+        if ranks.distributed and ranks.main:
+            self.collection.know_ranks(self.rank_addresses)
+        write_endpoints(self.run_dir, {"address": endpoint, "weights_address": self.publisher.endpoint,
                                        "advertised": advertised, "pid": os.getpid(), "run_id": run_id,
                                        "rank": ranks.rank, "ranks": self.rank_addresses}, ranks.rank)
-        log.info("learner on %s%s (weights on %s), device %s, model %s", self.gateway.endpoint,
-                 "" if advertised == self.gateway.endpoint else f" (advertised as {advertised})",
+        log.info("learner on %s%s (weights on %s), device %s, model %s", endpoint,
+                 "" if advertised == endpoint else f" (advertised as {advertised})",
                  self.publisher.endpoint, self.device, type(self.model).__name__)
+
+    def _local(self, address: str, run_id: str) -> LocalCollection:
+        """Collection on this process's own thread: gateway, collector and inference."""
+        cfg, r, c = self.cfg, self.cfg.run, self.cfg.cluster
+        actor_env, actor_obs_space, _, action_space, stack = self.spaces
+        registry = ActorRegistry()  # who is connected: the gateway admits them, the collector serves them
+        targets = self._rank_targets()
+        balancer = RankBalancer(registry.num_slots, *targets) if targets else None  # which rank a joiner goes to
+        gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
+                          r.seed + 100_003 * self.ranks.rank, self.state["update"], run_id, c.max_message_mb << 20,
+                          curve=self.curve, registry=registry, redirect=balancer)
+        collector = Collector(
+            gateway, registry, self.policy, cfg.ppo.num_steps, *self.layout, self.device, c.actor_timeout_s,
+            lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,
+            double_buffer=self.lagged, flow_through=r.collect_only and not r.deterministic,  # collect-only: no weights to wait for
+            watchdog=self.watchdog, link=self.link)
+        return LocalCollection(gateway, registry, collector, balancer)
+
+    def _pool(self, k: int, address: str, run_id: str) -> CollectorPool:
+        """K collector processes, collector 0 at `address`, the others on free ports of the same host."""
+        cfg, r, rank = self.cfg, self.cfg.run, self.ranks.rank
+        actor_env, actor_obs_space, obs_space, action_space, stack = self.spaces
+        targets = self._rank_targets()
+        specs = [CollectorSpec(
+            index=i, count=k, cfg=cfg, run_dir=str(self.run_dir), rank=rank,
+            address=address if i == 0 else collector_address(address, i),
+            run_seed=r.seed + 100_003 * rank + 10_000_019 * i, generation=self.state["update"], run_id=run_id,
+            actor_env=actor_env, actor_obs_space=actor_obs_space, obs_space=obs_space, action_space=action_space,
+            layout=self.layout, frame_stack=stack, device=str(self.device),
+            policy_seed=r.seed + self.state["update"] + 1_000_003 * rank + 7_919 * (i + 1),
+            flow_through=r.collect_only, parent_pid=os.getpid(), rank_targets=targets if i == 0 else None)
+            for i in range(k)]
+        served = [self.model, self.value_norm]
+        return CollectorPool(specs, SharedWeights(served), served, cfg.ppo.num_steps, self.link, self.watchdog,
+                             cfg.cluster.advertise_host, self.lagged)
 
     def _sync_from_rank0(self) -> None:
         """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
@@ -348,7 +390,7 @@ class Learner:
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
-            rollout = self.collector.collect(self._envs_needed(), self.stop, state["version"])
+            rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"])
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
@@ -382,7 +424,7 @@ class Learner:
     def _envs_needed(self) -> int:
         """Env slots to wait for before a rollout starts. One rank alone waits for its first min_envs, then
         for any; a rank of several never waits past its first rollout (0: an empty rollout, weight 0)."""
-        if self.collector.rollouts == 0:
+        if self.collection.rollouts == 0:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
 
@@ -393,7 +435,7 @@ class Learner:
                 log.warning("waiting for actors: no learner rank has a live env slot")
             else:
                 log.warning("waiting for actors: every actor has left; to add one: %s",
-                            self.gateway.join_command(self.width))
+                            self.collection.join_command(self.width))
 
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
@@ -416,18 +458,16 @@ class Learner:
             self.policy.follow(self.model)
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])
-        self.collector.forgive_pause()
-        for ret, length in self.ranks.gather_pairs(self.collector.episodes.take_new()):
+        for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):
             self.episodes.add(ret, int(length))
         widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
-        actors = self.ranks.gather_ints(len(self.registry))
-        rank_slots = self.ranks.gather_ints(self.registry.num_slots())
-        if self.balancer is not None:
-            self.balancer.after_update(rank_slots)
+        actors = self.ranks.gather_ints(self.collection.actors())
+        rank_slots = self.ranks.gather_ints(self.collection.live_slots())
+        self.collection.after_update(self.state["version"], rank_slots if self.ranks.distributed else None)
         sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
         # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
-        rejected, dropped = map(int, self.ranks.sum([self.gateway.rejected, job.batch.dropped if job.batch else 0]))
-        events = self.gateway.take_events()  # on every rank: the list stays bounded
+        rejected, dropped = map(int, self.ranks.sum([self.collection.rejected(), job.batch.dropped if job.batch else 0]))
+        events = self.collection.take_events()  # on every rank: the list stays bounded
         if self.ranks.main:
             self._log(job, stats, widths, actors, sums, rejected, dropped, interval, events)
         else:
@@ -489,7 +529,7 @@ class Learner:
         if self.metrics is not None:
             self.metrics.close()
             self.episodes_file.close()
-        self.gateway.close()
+        self.collection.close()
         self.publisher.close()
         if self.curve is not None:
             self.curve.stop()  # before term(): the authenticator's sockets would block it

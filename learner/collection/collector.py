@@ -74,17 +74,24 @@ class Collector:
     def parked_slots(self) -> int:
         return sum(len(w.slots) for w in self.parked.values())
 
-    def collect(self, min_envs: int, should_stop, version: int = 0) -> RolloutBuffer | None:
+    def pump(self, timeout_ms: int) -> int:
+        """Between rollouts (a collector process waiting for its next one): admit joiners and their first
+        reports, hear goodbyes, check liveness. Returns the env slots ready for the next rollout."""
+        self._pump(timeout_ms)
+        return self.parked_slots()
+
+    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
         stop first. The learner asks for its min_envs before the first rollout and for 1 after, so a run
         goes on after actors are lost for good (with no live env at all it waits, saying so). 0: start at
         once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner).
-        `version`: the weights the actions are computed with, sent with them."""
+        `version`: the weights the actions are computed with, sent with them. `admit_first=False`: the caller
+        has just been pumping (a collector process between rollouts), so a 0 starts without another pump."""
         self.version = version
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
         else:
-            if min_envs == 0:
+            if min_envs == 0 and admit_first:
                 self._pump(100)  # admit handshakes and first reports before deciding who is in
             if not self._await_envs(min_envs, should_stop):
                 return None

@@ -61,7 +61,8 @@ class Gateway:
                  curve=None, registry: ActorRegistry | None = None,
                  redirect: Callable[[int], str | None] | None = None):
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
-        of a multi-rank learner, names the rank a joiner should go to instead (None: stay here)."""
+        of a multi-rank learner or collector 0 of several, names the address a joiner should go to instead
+        (the least loaded rank or collector; None: stay here)."""
         self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
@@ -177,8 +178,8 @@ class Gateway:
         elif hs.action_space is not None and hs.action_space.to_dict() != self.action_space.to_dict():
             problem = "action space does not match the learner's"
         if problem is None and self.redirect is not None and (target := self.redirect(hs.num_envs)) is not None:
-            self._answer(identity, m.Redirect(target, "that learner rank has the fewest live env slots"))
-            self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to the rank at {target}")
+            self._answer(identity, m.Redirect(target, "the fewest live env slots are there"))
+            self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to {target}")
             return None
         if problem is None:
             expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,

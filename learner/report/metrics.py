@@ -28,13 +28,14 @@ def log_name(rank: int) -> str:
     return f"learner-rank-{rank}.log" if rank else "learner.log"
 
 
-def setup_logging(run_dir: Path, rank: int = 0) -> None:
+def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     """Log lines go to stdout and RUN_DIR/learner.log (appended, so a resumed run keeps its history).
 
-    Rank N > 0 of a multi-rank learner logs to RUN_DIR/learner-rank-N.log, its console lines tagged."""
+    Rank N > 0 of a multi-rank learner logs to RUN_DIR/learner-rank-N.log, its console lines tagged; a
+    collector process (`tag`, e.g. "collector 1") logs to its rank's file, its lines tagged."""
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    tag = f"[rank {rank}] " if rank else ""
+    tag = "".join(f"[{t}] " for t in (f"rank {rank}" if rank else "", tag) if t)
     fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
     for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)

@@ -15,7 +15,7 @@ import torch
 from learner.rollout.link import DeviceLink
 
 
-_PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated")
+PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated")
 
 
 class RolloutBuffer:
@@ -46,7 +46,7 @@ class RolloutBuffer:
         self.fresh: set[int] = set()  # columns whose env was (re)started for this rollout: new returns
         self.bootstrap_obs: dict[int, np.ndarray] = {}         # column -> observation after step T-1
         self.final_obs: dict[tuple[int, int], np.ndarray] = {}  # (t, column) -> last obs before a truncation
-        self._host = {name: getattr(self, name).numpy() for name in _PER_STEP}  # views _put writes through
+        self._host = {name: getattr(self, name).numpy() for name in PER_STEP}  # views _put writes through
 
     def columns(self, slots) -> list[int]:
         return [self.column[s] for s in slots]
@@ -111,7 +111,7 @@ class RolloutBuffer:
 
     def to_device(self) -> dict[str, torch.Tensor]:
         """The rollout's arrays on the learner's device: one copy each, once per update (none on a CPU)."""
-        return {name: self.link.to_device(getattr(self, name)) for name in (*_PER_STEP, "next_values")}
+        return {name: self.link.to_device(getattr(self, name)) for name in (*PER_STEP, "next_values")}
 
     def _cut(self, col: int) -> None:
         """End a vanished actor's column at its last step whose bootstrap is known."""

@@ -30,7 +30,7 @@ def test_a_remote_actor_lands_on_the_least_loaded_rank_and_an_empty_rank_blocks_
         wait_for(lambda: [r for r in metrics(run_dir) if r["rank_env_slots"] == [4, 2]], 90,
                  "the remote actor's envs on rank 1", proc)
         events = [e for r in metrics(run_dir) for e in r["events"]]
-        assert any("remote" in e and "sent to the rank" in e for e in events), events
+        assert any("remote" in e and "sent to" in e for e in events), events
         # garbage sent to rank 1 counts in the job's rejected_messages, which rank 0 writes
         rank1 = json.loads((run_dir / "endpoints-rank-1.json").read_text())["address"]
         _send_garbage(rank1)
@@ -71,7 +71,7 @@ def test_remote_actors_only_with_min_envs_start_every_rank_bound_to_every_interf
         first = wait_for(lambda: metrics(run_dir), 120, "the first update", proc)[0]
         assert first["rank_env_slots"] == [4, 4] and first["env_slots"] == 8, first
         events = [e for r in metrics(run_dir) for e in r["events"]]
-        assert any(f"sent to the rank at {rank1}" in e for e in events), events
+        assert any(f"sent to {rank1}" in e for e in events), events
         wait_for(lambda: len(metrics(run_dir)) >= 3, 90, "training on both ranks", proc)
         assert all(r["rank_env_slots"] == [4, 4] for r in metrics(run_dir))
     finally:

@@ -1,0 +1,55 @@
+"""Collection in the training process itself (`cluster.collectors = 1`): the gateway, the collector and its
+inference on the learner's own thread, behind the same face as the pool of collector processes."""
+from __future__ import annotations
+
+from learner.collection.collector import Collector
+from learner.gateway.gateway import Gateway
+from learner.gateway.registry import ActorRegistry
+from learner.rollout.buffer import RolloutBuffer
+from learner.update.ranks import RankBalancer
+
+
+class LocalCollection:
+    def __init__(self, gateway: Gateway, registry: ActorRegistry, collector: Collector,
+                 balancer: RankBalancer | None = None):
+        """`balancer`: rank 0's of a multi-rank job (the gateway redirects joiners with it)."""
+        self.gateway, self.registry, self.collector, self.balancer = gateway, registry, collector, balancer
+        self.endpoint, self.layout = gateway.endpoint, collector.layout
+
+    @property
+    def rollouts(self) -> int:
+        return self.collector.rollouts
+
+    def join_command(self, num_envs: int) -> str:
+        return self.gateway.join_command(num_envs)
+
+    def know_ranks(self, rank_addresses: list[str]) -> None:
+        if self.balancer is not None:
+            self.balancer.know(rank_addresses)
+
+    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
+        return self.collector.collect(min_envs, should_stop, version)
+
+    def take_episodes(self) -> list[tuple[float, int]]:
+        return self.collector.episodes.take_new()
+
+    def actors(self) -> int:
+        return len(self.registry)
+
+    def live_slots(self) -> int:
+        return self.registry.num_slots()
+
+    def rejected(self) -> int:
+        return self.gateway.rejected
+
+    def take_events(self) -> list[str]:
+        return self.gateway.take_events()
+
+    def after_update(self, version: int, rank_slots: list[int] | None) -> None:
+        """The update is done (the policy serving the actors already follows it)."""
+        self.collector.forgive_pause()
+        if self.balancer is not None and rank_slots is not None:
+            self.balancer.after_update(rank_slots)
+
+    def close(self) -> None:
+        self.gateway.close()

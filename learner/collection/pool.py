@@ -1,0 +1,217 @@
+"""K collector processes (`cluster.collectors`), seen by the training loop as one collection: `collect` returns
+the whole rollout, their shards side by side.
+
+Collector 0 binds the learner's address, the door actors are told about; it redirects each joiner to the
+collector with the fewest env slots (the existing `Redirect`), which the actor then joins directly. Every
+collector infers with its own copy of the model, loaded from `SharedWeights` before a rollout of a new
+version. The training process waits for the first rollout's env slots on the shared board, starts the K
+rollouts together, and merges the shards. A collector that dies or fails ends the run with one error
+naming it; none outlives the training process (they watch it, and are daemons of it).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from multiprocessing.connection import wait
+
+import torch
+
+from learner.stalls import Stalled
+from learner.collection.process import BOARD_COLUMNS, READY, CollectorSpec, collector_main
+from learner.collection.shard import Shard, merge_shards
+from learner.report.episodes import EpisodeStats
+from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.link import DeviceLink
+from learner.update.ranks import advertised_address
+from learner.weights.shared import SharedWeights
+
+log = logging.getLogger("learner")
+START_DEADLINE_S = 120.0  # a collector process that has not bound its socket by then will not
+CLOSE_GRACE_S = 10.0
+
+
+class CollectorLost(Stalled):
+    """A collector process died or failed: the run stops with this error (nothing lost beyond the last
+    checkpoint, as with any stall)."""
+
+
+def default_collectors(requested: int, device: torch.device, cores: int, deterministic: bool,
+                       normalize_obs: bool) -> int:
+    """cluster.collectors = 0: one collector per 8 cores of the learner host on a GPU (at most 4; each feeds
+    one device with about a core's worth of Python), 1 on a CPU device, where inference competes with the
+    actors and the update for the same cores, and 1 where several would not be exact or would keep their own
+    observation statistics."""
+    if requested:
+        return requested
+    if deterministic or normalize_obs or device.type == "cpu":
+        return 1
+    return max(1, min(4, cores // 8))
+
+
+class CollectorPool:
+    def __init__(self, specs: list[CollectorSpec], weights: SharedWeights, served: list, num_steps: int,
+                 link: DeviceLink, watchdog, advertise_host: str, lagged: bool):
+        """`served`: the training process's modules the collectors serve (published after each update)."""
+        self.specs, self.weights, self.served = specs, weights, served
+        first = specs[0]
+        self.layout, self.num_steps, self.link, self.watchdog = first.layout, num_steps, link, watchdog
+        c = first.cfg.cluster
+        self.actor_timeout_s, self.startup_timeout_s, self.lagged = c.actor_timeout_s, c.startup_timeout_s, lagged
+        self.board = torch.zeros(len(specs), BOARD_COLUMNS, dtype=torch.int64).share_memory_()
+        self.halt = torch.zeros(1, dtype=torch.int8).share_memory_()
+        self.procs, self.conns = [], []
+        self._start(specs, weights)
+        self.endpoints = [self._expect_ready(k) for k in range(len(specs))]
+        self.endpoint = self.endpoints[0]
+        self.addresses = [advertised_address(e, advertise_host) for e in self.endpoints]
+        self.conns[0].send(("know", self.addresses, None))
+        self.rollouts = 0
+        self.episodes = EpisodeStats()
+        self.latest: dict[int, Shard] = {}
+        self.events: list[str] = []
+        self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
+        self.merged: list[RolloutBuffer] = []     # the last two, whose memory the next merge may reuse
+        log.info("%d collector processes on %s", len(specs), ", ".join(self.endpoints))
+
+    def _start(self, specs: list[CollectorSpec], weights: SharedWeights) -> None:
+        ctx = torch.multiprocessing.get_context("spawn")
+        for spec in specs:
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=collector_main, name=f"collector-{spec.index}", daemon=True,
+                               args=(spec, theirs, weights, self.board, self.halt))
+            proc.start()
+            theirs.close()
+            self.procs.append(proc)
+            self.conns.append(mine)
+
+    def _expect_ready(self, k: int) -> str:
+        if not self.conns[k].poll(START_DEADLINE_S):
+            raise CollectorLost(f"collector {k} did not start within {START_DEADLINE_S:g}s")
+        message = self._receive(k)
+        if message[0] != "ready":
+            raise CollectorLost(f"collector {k} could not start: {message[1] if len(message) > 1 else message[0]}")
+        return message[1]
+
+    def _receive(self, k: int):
+        try:
+            return self.conns[k].recv()
+        except (EOFError, OSError):
+            proc = self.procs[k]
+            proc.join(1.0)
+            raise CollectorLost(f"collector {k} (pid {proc.pid}) exited with code {proc.exitcode} "
+                                f"without a word (see the log above)") from None
+
+    # -- what the training loop calls ------------------------------------------------------------------
+
+    def join_command(self, num_envs: int) -> str:
+        from learner.gateway.gateway import join_command
+        return join_command(self.endpoint, num_envs, bool(self.specs[0].cfg.cluster.server_key))
+
+    def know_ranks(self, rank_addresses: list[str]) -> None:
+        self.conns[0].send(("know", self.addresses, rank_addresses))
+
+    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
+        if not self._await_ready(min_envs, should_stop):
+            return None
+        for k, conn in enumerate(self.conns):
+            conn.send(("collect", version, self.rank_slots if k == 0 else None))
+        self.rank_slots = None
+        shards = self._gather(should_stop)
+        if shards is None:
+            return None
+        self.rollouts += 1
+        for shard in shards:
+            for ret, length in shard.episodes:
+                self.episodes.add(ret, length)
+            self.events.extend(shard.events)
+            self.latest[shard.collector] = shard
+        reuse = self.merged[0] if len(self.merged) == 2 or (self.merged and not self.lagged) else None
+        buf = merge_shards(shards, self.num_steps, self.layout, self.link.device, self.link, reuse=reuse)
+        self.merged = (self.merged + [buf])[-2:]
+        return buf
+
+    def _await_ready(self, need: int, should_stop) -> bool:
+        """Until the collectors together have `need` env slots ready (the first rollout's min_envs), saying
+        every actor_timeout_s what it waits for; past startup_timeout_s the first rollout's wait ends the run."""
+        start = said = time.monotonic()
+        while int(self.board[:, READY].sum()) < need:
+            if should_stop():
+                return False
+            self._watch(0.05)
+            now = time.monotonic()
+            if self.rollouts == 0 and self.startup_timeout_s and now - start > self.startup_timeout_s:
+                raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
+                              f"(cluster.startup_timeout_s): {self._ready_line(need)}")
+            if now - said >= self.actor_timeout_s:
+                said = now
+                log.warning("waiting for actors to start the %s rollout: %s; to add one: %s",
+                            "first" if self.rollouts == 0 else "next", self._ready_line(need),
+                            self.join_command(need - int(self.board[:, READY].sum())))
+        return True
+
+    def _ready_line(self, need: int) -> str:
+        ready = self.board[:, READY].tolist()
+        return f"{sum(ready)} env slots ready, {need} needed (per collector: {ready})"
+
+    def _watch(self, timeout_s: float) -> None:
+        """Between rollouts a collector says nothing: anything readable is its error, or its death."""
+        self._pet()
+        for conn in wait(self.conns, timeout_s):
+            k = self.conns.index(conn)
+            message = self._receive(k)
+            raise CollectorLost(f"collector {k}: {message[1] if message[0] == 'error' else message}")
+
+    def _pet(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.pet()
+
+    def _gather(self, should_stop) -> list[Shard] | None:
+        """Every collector's shard of this rollout (None: asked to stop first, and the collectors told)."""
+        shards: dict[int, Shard] = {}
+        while len(shards) < len(self.conns):
+            if should_stop():
+                self.halt[0] = 1
+                return None
+            self._pet()
+            for conn in wait([c for k, c in enumerate(self.conns) if k not in shards], 1.0):
+                k = self.conns.index(conn)
+                message = self._receive(k)
+                if message[0] != "shard":
+                    raise CollectorLost(f"collector {k}: {message[1] if message[0] == 'error' else message[0]}")
+                shards[k] = message[1]
+        return [shards[k] for k in range(len(self.conns))]
+
+    def take_episodes(self) -> list[tuple[float, int]]:
+        return self.episodes.take_new()
+
+    def actors(self) -> int:
+        return sum(s.actors for s in self.latest.values())
+
+    def live_slots(self) -> int:
+        return sum(s.live_slots for s in self.latest.values())
+
+    def rejected(self) -> int:
+        return sum(s.rejected for s in self.latest.values())
+
+    def take_events(self) -> list[str]:
+        events, self.events = self.events, []
+        return events
+
+    def after_update(self, version: int, rank_slots: list[int] | None) -> None:
+        """The update is done: the collectors serve its weights from the next rollout on."""
+        self.weights.publish(self.served, version)
+        self.rank_slots = rank_slots
+
+    def close(self) -> None:
+        """Every collector says goodbye to its actors and exits; one that does not is killed."""
+        self.halt[0] = 1
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                log.warning("collector %s did not exit within %gs: killing it", proc.name, CLOSE_GRACE_S)
+                proc.kill()
+                proc.join(5.0)
+        for conn in self.conns:
+            conn.close()

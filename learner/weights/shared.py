@@ -1,0 +1,44 @@
+"""The weights collector processes serve: one copy of every tensor of the served modules in memory they all
+map (shared memory on a CPU, CUDA IPC on a GPU, as Sample Factory shares its model), and the version those
+tensors hold.
+
+The training process writes it after each update (`publish`); a collector loads it into its own copy of the
+model before a rollout whose version differs (`load_into`). The two never overlap: the training process
+publishes only between rollouts, while every collector waits for its next one.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _tensors(modules) -> list[torch.Tensor]:
+    return [t for module in modules if module is not None for t in module.state_dict().values()]
+
+
+class SharedWeights:
+    def __init__(self, modules):
+        """`modules`: the model, and the value normalizer when there is one (None entries are skipped);
+        a collector passes its own copies, built the same way, in the same order."""
+        self.tensors = [t.detach().clone() for t in _tensors(modules)]
+        for t in self.tensors:
+            if t.device.type == "cpu":
+                t.share_memory_()  # CUDA tensors travel to the collectors as IPC handles instead
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    @torch.no_grad()
+    def publish(self, modules, version: int) -> None:
+        for dst, src in zip(self.tensors, _tensors(modules), strict=True):
+            dst.copy_(src)
+        if self.tensors and self.tensors[0].is_cuda:
+            torch.cuda.synchronize(self.tensors[0].device)  # done before any collector reads them
+        self.version[0] = version
+
+    @torch.no_grad()
+    def load_into(self, modules) -> int:
+        """Copy the shared tensors into `modules`; returns the version they hold."""
+        for dst, src in zip(_tensors(modules), self.tensors, strict=True):
+            dst.copy_(src)
+        return int(self.version[0])
+
+    def current(self) -> int:
+        return int(self.version[0])
