@@ -291,7 +291,8 @@ class Learner:
             self.collection.know_ranks(self.rank_addresses)
         write_endpoints(self.run_dir, {"address": endpoint, "weights_address": self.publisher.endpoint,
                                        "advertised": advertised, "pid": os.getpid(), "run_id": run_id,
-                                       "rank": ranks.rank, "ranks": self.rank_addresses}, ranks.rank)
+                                       "rank": ranks.rank, "ranks": self.rank_addresses,
+                                       "collectors": self.collection.processes()}, ranks.rank)
         log.info("learner on %s%s (weights on %s), device %s, model %s", endpoint,
                  "" if advertised == endpoint else f" (advertised as {advertised})",
                  self.publisher.endpoint, self.device, type(self.model).__name__)

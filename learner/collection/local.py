@@ -2,6 +2,8 @@
 inference on the learner's own thread, behind the same face as the pool of collector processes."""
 from __future__ import annotations
 
+import os
+
 from learner.collection.collector import Collector
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
@@ -19,6 +21,10 @@ class LocalCollection:
     @property
     def rollouts(self) -> int:
         return self.collector.rollouts
+
+    def processes(self) -> list[dict]:
+        """Where each collector listens, and its process (for endpoints.json): here, this one."""
+        return [{"address": self.endpoint, "pid": os.getpid()}]
 
     def join_command(self, num_envs: int) -> str:
         return self.gateway.join_command(num_envs)

@@ -103,6 +103,10 @@ class CollectorPool:
 
     # -- what the training loop calls ------------------------------------------------------------------
 
+    def processes(self) -> list[dict]:
+        """Where each collector listens, and its process (for endpoints.json)."""
+        return [{"address": e, "pid": p.pid} for e, p in zip(self.endpoints, self.procs)]
+
     def join_command(self, num_envs: int) -> str:
         from learner.gateway.gateway import join_command
         return join_command(self.endpoint, num_envs, bool(self.specs[0].cfg.cluster.server_key))

@@ -189,11 +189,17 @@ class CollectorProcess:
                 if command[0] == "know":
                     self._know(*command[1:])
                 elif not self._collect(*command[1:]):
-                    self.conn.send(("stopped",))
+                    self._tell(("stopped",))
                     break
             return 0
         finally:
             self.close()
+
+    def _tell(self, message) -> None:
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError):
+            pass  # the training process is gone: should_stop() says so, and we are on our way out
 
     def _next_command(self):
         """Pump the socket until the training process says what to do next (None: told to stop)."""

@@ -1,0 +1,153 @@
+"""cluster.collectors = 2: two collector processes per learner rank, with real actors, sockets and processes.
+
+What holds with one collector holds with two: training and episode statistics, joins sent to the least
+loaded collector, retire and rejoin, rejected messages counted, resume, policy lag, multi-rank jobs; a
+collector that dies ends the run with one error; kill -9 of the learner leaves no collector behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import zmq
+
+from tests.integration.cluster import (alive, assert_session_gone, endpoints, kill_group, launch, metrics,
+                                       run_launch, start_actor, stop, wait_for)
+
+pytestmark = pytest.mark.integration
+TWO = ("--set", "cluster.collectors=2")
+CARTPOLE = ("--config", "configs/cartpole.toml")
+
+
+def _collectors(run_dir) -> list[dict]:
+    return endpoints(run_dir)["collectors"]
+
+
+def test_two_collectors_share_the_actors_train_and_count_what_they_see(tmp_path):
+    run_dir = tmp_path / "two"
+    proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
+                  "--total-steps", "6000", "--set", "ppo.num_steps=32")
+    try:
+        wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)
+        collectors = _collectors(run_dir)
+        assert len(collectors) == 2 and collectors[0]["address"] == endpoints(run_dir)["address"]
+        # a stranger's garbage at collector 1 is rejected there and counted in the job's metrics
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(collectors[1]["address"])
+        sock.send_multipart([b"not a message"])
+        out, _ = proc.communicate(timeout=240)
+        sock.close(linger=0)
+        ctx.term()
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, out[-3000:]
+    rows = metrics(run_dir)
+    assert rows[-1]["env_steps"] >= 6000 and rows[-1]["actors"] == 2 and rows[-1]["env_slots"] == 8
+    assert rows[-1]["episodes"] > 0 and rows[-1]["episode_return_mean"] is not None
+    assert [r["weights_version"] for r in rows] == list(range(1, len(rows) + 1))
+    assert rows[-1]["rejected_messages"] >= 1
+    log = (run_dir / "learner.log").read_text()
+    assert "[collector 1] rejected message" in log, log[-3000:]
+    events = [e for r in rows for e in r["events"]]
+    assert any(f"sent to {collectors[1]['address']}" in e for e in events), events
+    assert sum("joined with 4 envs" in e for e in events) == 2, events
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == rows[-1]["episodes"]
+
+
+def test_an_actor_lost_on_collector_1_is_retired_and_a_joiner_takes_its_place(tmp_path):
+    run_dir = tmp_path / "rejoin"
+    proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "0", "--total-steps", "100000",
+                  "--set", "cluster.min_envs=8", "--set", "cluster.actor_timeout_s=3", "--set", "ppo.num_steps=32")
+    actors = []
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        actors = [start_actor(address, "--envs", "4", "--name", name) for name in ("first", "second")]
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
+        os.killpg(actors[1].pid, signal.SIGKILL)  # "second" joined collector 1 (collector 0 had 4 slots)
+        wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 60, "the lost actor retired", proc)
+        actors.append(start_actor(address, "--envs", "4", "--name", "third"))
+        wait_for(lambda: metrics(run_dir)[-1]["actors"] == 2, 60, "the joiner in", proc)
+        out = stop(proc)
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        kill_group(proc)
+    assert proc.returncode == 0, out[-3000:]
+    events = [e for r in metrics(run_dir) for e in r["events"]]
+    second = _collectors(run_dir)[1]["address"]
+    assert any("second (4 envs) sent to " + second in e for e in events), events
+    assert any("actor second left: " in e for e in events), events  # silent, or unreachable
+    assert any("third (4 envs) sent to " + second in e for e in events), events  # the least loaded again
+
+
+def test_a_collector_that_dies_ends_the_run_with_one_error_and_no_orphans(tmp_path):
+    run_dir = tmp_path / "dies"
+    proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
+                  "--total-steps", "10000000", "--set", "ppo.num_steps=32")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 120, "a first update", proc)
+        victim = _collectors(run_dir)[1]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+        assert_session_gone(proc.pid, timeout=30)
+    finally:
+        kill_group(proc)
+    log = (run_dir / "learner.log").read_text()
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert any(f"collector 1 (pid {victim}) exited with code -9" in line for line in errors), log[-3000:]
+    assert proc.returncode != 0
+
+
+def test_kill_9_of_the_learner_leaves_no_collector(tmp_path):
+    run_dir = tmp_path / "learner-killed"
+    proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
+                  "--total-steps", "10000000", "--set", "ppo.num_steps=32")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 120, "a first update", proc)
+        pids = [c["pid"] for c in _collectors(run_dir)]
+        os.kill(endpoints(run_dir)["pid"], signal.SIGKILL)
+        wait_for(lambda: not any(alive(p) for p in pids), 30, f"collectors {pids} to exit")
+        proc.communicate(timeout=60)
+        assert_session_gone(proc.pid, timeout=30)
+    finally:
+        kill_group(proc)
+
+
+def test_start_up_that_cannot_complete_ends_within_its_deadline_naming_the_collectors(tmp_path):
+    result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(tmp_path / "short"), "--actors", "1",
+                        "--envs-per-actor", "4", "--set", "cluster.min_envs=64",
+                        "--set", "cluster.startup_timeout_s=4", timeout=120)
+    assert result.returncode != 0
+    log = (tmp_path / "short" / "learner.log").read_text()
+    assert "start-up did not complete within 4s" in log and "4 env slots ready, 64 needed" in log, log[-3000:]
+
+
+def test_resume_and_policy_lag_with_two_collectors(tmp_path):
+    run_dir = tmp_path / "lagged"
+    first = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
+                       "--total-steps", "2048", "--set", "ppo.num_steps=32", "--set", "run.policy_lag=1",
+                       timeout=240)
+    assert first.returncode == 0, first.stdout[-3000:]
+    rows = metrics(run_dir)
+    assert rows[-1]["policy_lag"] == 1 and rows[-1]["update"] == 8
+    second = run_launch("--resume", str(run_dir), "--total-steps", "4096", timeout=240)
+    assert second.returncode == 0, second.stdout[-3000:]
+    rows = metrics(run_dir)
+    assert [r["update"] for r in rows] == list(range(1, 17)) and rows[-1]["env_steps"] == 4096
+    assert rows[-1]["episodes"] > rows[7]["episodes"]
+
+
+def test_two_learner_ranks_each_with_two_collectors(tmp_path):
+    run_dir = tmp_path / "ranks"
+    result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--learners", "2", "--actors", "2",
+                        "--envs-per-actor", "4", "--total-steps", "2048", "--set", "ppo.num_steps=32", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = metrics(run_dir)
+    assert rows[-1]["learners"] == 2 and rows[-1]["env_steps"] >= 2048
+    assert len(set(rows[-1]["rank_weights_checksums"])) == 1
+    for rank in (0, 1):
+        info = json.loads((run_dir / ("endpoints.json" if rank == 0 else f"endpoints-rank-{rank}.json")).read_text())
+        assert len(info["collectors"]) == 2
