@@ -151,3 +151,30 @@ def test_two_learner_ranks_each_with_two_collectors(tmp_path):
     for rank in (0, 1):
         info = json.loads((run_dir / ("endpoints.json" if rank == 0 else f"endpoints-rank-{rank}.json")).read_text())
         assert len(info["collectors"]) == 2
+
+
+def test_curve_keys_guard_every_collector(tmp_path):
+    from protocol.security import generate_keypair
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    allowed.mkdir()
+    _, learner_secret = generate_keypair(keys, "learner")
+    own_public, own_secret = generate_keypair(keys, "own")
+    _, stranger_secret = generate_keypair(keys, "stranger")
+    (allowed / own_public.name).write_text(own_public.read_text())
+    run_dir = tmp_path / "curve"
+    proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
+                  "--total-steps", "10000000", "--set", "ppo.num_steps=32",
+                  "--set", f"cluster.server_key='{learner_secret}'", "--set", f"cluster.allowed_keys='{allowed}'",
+                  "--set", f"cluster.client_key='{own_secret}'")
+    try:
+        wait_for(lambda: [r for r in metrics(run_dir) if r["actors"] == 2], 120, "both keyed actors in", proc)
+        for collector in _collectors(run_dir):  # each collector's own socket refuses a key it does not know
+            stranger = start_actor(collector["address"], "--envs", "3", "--reconnect-s", "0", "--join-timeout-s", "3",
+                                   "--server-key", str(learner_secret), "--key", str(stranger_secret))
+            out, _ = stranger.communicate(timeout=30)
+            assert stranger.returncode == 1 and "no answer" in out, out
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out[-2000:]
+    events = [e for r in metrics(run_dir) for e in r["events"]]
+    assert any("sent to " + _collectors(run_dir)[1]["address"] in e for e in events), events

@@ -10,14 +10,16 @@ pytestmark = pytest.mark.integration
 WATCHDOG_S = 1.5
 
 
-def test_the_collector_and_the_update_keep_the_watchdog_quiet(tmp_path):
+@pytest.mark.parametrize("collectors", [1, 2])
+def test_the_collector_and_the_update_keep_the_watchdog_quiet(tmp_path, collectors):
     run_dir = tmp_path / "pets"
     # one launched actor of 4 envs, 8 needed: the first rollout waits (the collector's loop) until a second
     # actor joins; each update (512-wide MLPs, 120 epochs) takes several watchdog timeouts on 2 busy cores
     proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--actors", "1",
                   "--total-steps", "512", "--set", "cluster.min_envs=8", "--set", "cluster.actor_timeout_s=3",
                   "--set", f"run.watchdog_s={WATCHDOG_S}", "--set", f"cluster.collective_timeout_s={WATCHDOG_S / 2}",
-                  "--set", "model.hidden=512", "--set", "ppo.update_epochs=120")
+                  "--set", "model.hidden=512", "--set", "ppo.update_epochs=120",
+                  "--set", f"cluster.collectors={collectors}")
     other = None
     try:
         address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]

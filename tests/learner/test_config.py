@@ -52,3 +52,13 @@ def test_the_fast_recipes_say_what_they_are():
 def test_cluster_groups_is_validated():
     with pytest.raises(ConfigError, match="cluster.groups must be 1 or 2, got 3"):
         from_dict({"cluster": {"groups": 3}})
+
+
+def test_cluster_collectors_is_validated_and_refused_where_it_would_not_be_exact():
+    assert from_dict({"cluster": {"collectors": 4}}).cluster.collectors == 4
+    with pytest.raises(ConfigError, match=r"cluster.collectors must be in \[0, 64\]"):
+        from_dict({"cluster": {"collectors": -1}})
+    with pytest.raises(ConfigError, match="deterministic runs collect in one process"):
+        from_dict({"cluster": {"collectors": 2}, "run": {"deterministic": True}})
+    with pytest.raises(ConfigError, match="each collector would keep its own observation statistics"):
+        from_dict({"cluster": {"collectors": 2}, "normalize": {"obs": True}})

@@ -1,0 +1,59 @@
+"""Shards from K collector processes laid side by side: one rollout whose training batch is, column for
+column, what each shard's rollout would have given on its own."""
+import numpy as np
+import torch
+
+from learner.advantages.batch import rollout_to_batch
+from learner.collection.shard import Shard, merge_shards, merged_slot
+from learner.gateway.registry import MAX_ENV_SLOTS
+from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.link import DeviceLink, SharedLink
+
+T, LAYOUT = 4, ((1,), torch.float32, (), torch.long)
+
+
+def shard_rollout(seed: int, n: int, link=None) -> RolloutBuffer:
+    """n columns with random values and rewards; column 0 truncated at t=1, the last one lost after 2 steps."""
+    buf = RolloutBuffer(list(range(n)), T, *LAYOUT, torch.device("cpu"), link=link)
+    rng = np.random.default_rng(seed)
+    for t in range(T):
+        cols = list(range(n)) if t < 2 else list(range(n - 1))
+        values = rng.normal(size=len(cols)).astype(np.float32)
+        buf.record_actions(cols, values[:, None], np.full(len(cols), t), rng.normal(size=len(cols)).astype(np.float32),
+                           values)
+        truncated = np.array([t == 1 and c == 0 for c in cols])
+        buf.record_outcome(cols, rng.normal(size=len(cols)).astype(np.float32), np.zeros(len(cols), bool), truncated)
+    buf.final_obs[(1, 0)] = np.array([7.0 + seed], np.float32)
+    for c in range(n - 1):
+        buf.bootstrap_obs[c] = np.array([100.0 + 10 * seed + c], np.float32)
+    buf.mark_dead(n - 1)
+    buf.fresh.add(n - 1)
+    return buf
+
+
+def value_fn(obs):
+    return torch.as_tensor(obs[:, 0])  # V(x) = x: every bootstrap is recognisable
+
+
+def test_merged_batch_is_each_shards_batch_column_for_column():
+    alone = [shard_rollout(1, 3), shard_rollout(2, 2)]
+    shards = [Shard.of(k, shard_rollout(k + 1, n, link=SharedLink("cpu"))) for k, n in ((0, 3), (1, 2))]
+    merged = merge_shards(shards, T, LAYOUT, torch.device("cpu"), DeviceLink("cpu"))
+    assert merged.slots == [0, 1, 2, MAX_ENV_SLOTS, MAX_ENV_SLOTS + 1] == [merged_slot(0, s) for s in range(3)] + \
+        [merged_slot(1, s) for s in range(2)]
+    assert merged.dead == [False, False, True, False, True] and merged.fresh == {2, 4}
+    assert set(merged.bootstrap_obs) == {0, 1, 3} and set(merged.final_obs) == {(1, 0), (1, 3)}
+    whole = rollout_to_batch(merged, value_fn, 0.9, 0.8)
+    parts = [rollout_to_batch(buf, value_fn, 0.9, 0.8) for buf in alone]
+    assert whole.n_valid == sum(p.n_valid for p in parts) and whole.width == 5
+    # the merged batch is ordered t-major over all 5 columns: regroup each shard's rows to compare
+    valid = merged.valid_mask()
+    owner = torch.tensor([0, 0, 0, 1, 1]).expand(T, 5)[valid]
+    for k, part in enumerate(parts):
+        for key in ("obs", "advantages", "returns", "logprobs", "values", "actions"):
+            torch.testing.assert_close(whole.data[key][owner == k], part.data[key])
+
+
+def test_shard_arrays_are_shared_memory_so_only_handles_cross_to_the_training_process():
+    shard = Shard.of(0, shard_rollout(1, 2, link=SharedLink("cpu")))
+    assert all(t.is_shared() for t in shard.arrays.values())
