@@ -40,6 +40,7 @@ class Waiting:
     episodes: list = field(default_factory=list)
     buffer: RolloutBuffer | None = None  # the rollout its actions go into
     fresh: bool = False  # its envs were just (re)started: a join, or a restart
+    in_place: bool = False  # obs was written into its rollout's row already (learner-side frame stacking)
 
 
 class Collector:
@@ -55,6 +56,7 @@ class Collector:
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(device)
         self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
+        self.stack_in_place = policy.obs_norm is None  # the rollout keeps the raw stacks: they can be written there
         self.num_steps, self.device = num_steps, device
         self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
         self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
@@ -205,41 +207,62 @@ class Collector:
 
     def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
         slots = actor.group_slots(report.group)
-        buf = None if report.first else self._owed(slots[0])  # the rollout this step's outcome belongs to
-        if buf is None and not report.first:  # the gateway admitted an outcome no rollout waits for
-            self.gateway.retire(actor, f"step report for group {report.group} matches no actions sent")
-            return
-        episodes = list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
         key = (actor.actor_id, report.group)
-        finals = dict(zip(report.final_index.tolist(), report.final_obs if len(report.final_index) else []))
-        obs = report.obs  # a view of the received frame (alive while referenced): copied once, into the rollout
-        if self.frames is not None:  # the actor sent newest frames only: stack them here
-            finals = {i: self.frames.with_frame(key, i, frame) for i, frame in finals.items()}
-            restart = np.ones(len(obs), bool) if report.first else report.terminated | report.truncated
-            obs = self.frames.push(key, obs, restart)
-        item = Waiting(actor, report.group, slots, obs, episodes, buf, fresh=report.first)
-        if buf is None:  # a new actor: it joins when the next rollout starts
-            self.parked[key] = item  # its episodes are counted when it is next inferred, in slot order
+        if report.first:  # a new actor: it joins when the next rollout starts
+            obs, _ = self._observe(key, report, None, slots)  # its episodes are counted when it is next inferred
+            self.parked[key] = Waiting(actor, report.group, slots, obs, self._episodes(report), fresh=True)
+            return
+        buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
+        if buf is None:  # the gateway admitted an outcome no rollout waits for
+            self.gateway.retire(actor, f"step report for group {report.group} matches no actions sent")
             return
         cols = buf.columns(slots)
         buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
-        t = buf.completed[cols[0]] - 1
-        for i, final in finals.items():
-            if report.truncated[i] and not report.terminated[i]:
-                buf.final_obs[(t, cols[i])] = np.array(final)  # a copy: the received frame goes away
-        if buf.wants_action(cols[0]):
+        if len(report.final_index):
+            self._keep_finals(key, buf, cols, report)
+        target = buf if buf.wants_action(cols[0]) else self._following(buf, slots)  # where this obs is acted on
+        obs, in_place = self._observe(key, report, target, slots)
+        if target is not buf:  # T steps done: this obs bootstraps the rollout and starts the next one
+            for col, o in zip(cols, obs):
+                buf.bootstrap_obs[col] = np.array(o)
+        item = Waiting(actor, report.group, slots, obs, self._episodes(report), target, in_place=in_place)
+        if target is None:
+            self.parked[key] = item
+        else:
             self.waiting[key] = item
-            return
-        for col, o in zip(cols, obs):  # T steps done: this obs bootstraps the rollout and starts the next one
-            buf.bootstrap_obs[col] = np.array(o)
-        if self.flow_through and buf is self.buffer:
-            if self.next is None:
-                self._start_next()
-            if slots[0] in self.next.column:
-                item.buffer = self.next
-                self.waiting[key] = item
-                return
-        self.parked[key] = item
+
+    @staticmethod
+    def _episodes(report: m.StepReport) -> list:
+        if not len(report.episode_returns):
+            return []
+        return list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
+
+    def _keep_finals(self, key, buf: RolloutBuffer, cols: list[int], report: m.StepReport) -> None:
+        """Each truncated env's last observation (stacked as the network would have seen it), for its bootstrap."""
+        t = buf.completed[cols[0]] - 1
+        for i, final in zip(report.final_index.tolist(), report.final_obs):
+            if report.truncated[i] and not report.terminated[i]:
+                if self.frames is not None:
+                    final = self.frames.with_frame(key, i, final)
+                buf.final_obs[(t, cols[i])] = np.array(final)  # a copy: the received frame goes away
+
+    def _following(self, buf: RolloutBuffer, slots: list[int]) -> RolloutBuffer | None:
+        """The rollout a group that finished `buf` goes on into at once (flow_through), or None: it is parked."""
+        if not (self.flow_through and buf is self.buffer):
+            return None
+        if self.next is None:
+            self._start_next()
+        return self.next if slots[0] in self.next.column else None
+
+    def _observe(self, key, report: m.StepReport, target: RolloutBuffer | None, slots) -> tuple[np.ndarray, bool]:
+        """The observation the network is to see, and whether it was written into target's row already.
+        Without frame stacking it is a view of the received frame (alive while referenced): copied once,
+        into the rollout. With it, the stacks are written straight into target's row where there is one."""
+        if self.frames is None:
+            return report.obs, False
+        restart = np.ones(len(report.obs), bool) if report.first else report.terminated | report.truncated
+        row = target.obs_row(target.columns(slots)) if target is not None and self.stack_in_place else None
+        return self.frames.push(key, report.obs, restart, out=row), row is not None
 
     def _owed(self, slot: int) -> RolloutBuffer | None:
         """The rollout holding an action for `slot` whose outcome has not arrived yet."""
@@ -265,6 +288,8 @@ class Collector:
                 start = end
                 continue
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
+            if w.in_place:  # stacked straight into the row (never with obs normalization: see stack_in_place)
+                seen = None
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
                                     result.logprobs[start:end], result.values[start:end])
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)

@@ -3,6 +3,9 @@
 An actor then sends a quarter of the bytes and does no stacking of its own. The learner rebuilds
 exactly what the actor-side `FrameStack` wrapper would have given: the last k frames, oldest first,
 and after a game or life ends (the actor reset that env) the new first frame repeated k times.
+
+The stacks are written where they are to be kept: straight into the rollout's row for the step when
+the caller names it (`out`), so each frame is copied once, not stacked here and then copied again.
 """
 from __future__ import annotations
 
@@ -14,32 +17,46 @@ class LearnerFrameStack:
 
     def __init__(self, k: int):
         self.k = k
-        self._stacks: dict[object, tuple[np.ndarray, np.ndarray]] = {}  # key -> (current, spare)
+        self._current: dict[object, np.ndarray] = {}  # key -> the group's newest stacks (wherever written)
+        self._own: dict[object, tuple[np.ndarray, np.ndarray]] = {}  # key -> its two arrays, for stacks with no row
 
-    def push(self, key, frames: np.ndarray, restart: np.ndarray) -> np.ndarray:
+    def push(self, key, frames: np.ndarray, restart: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Append one frame per env; envs with `restart` set start over from this frame.
 
-        Returns (K, k, *frame) stacks. They stay valid until the group's push after next: the two
-        buffers alternate, so the stacks handed out for inference are never rewritten in place."""
-        if key not in self._stacks:
+        Returns (K, k, *frame) stacks, written into `out` when given (a rollout row nothing else writes
+        until the group's next push has read it), else into one of the group's two own arrays: they
+        alternate, so the stacks handed out for inference are never rewritten before the push after next."""
+        current = self._current.get(key)
+        out = self._spare(key, frames) if out is None else out
+        if current is None:  # a new group: every env starts from this frame
+            out[:] = frames[:, None]
+        else:
+            out[:, :-1] = current[:, 1:]
+            out[:, -1] = frames
+            if restart.any():
+                out[restart] = frames[restart][:, None]
+        self._current[key] = out
+        return out
+
+    def _spare(self, key, frames: np.ndarray) -> np.ndarray:
+        """The group's own array that does not hold its newest stacks."""
+        own = self._own.get(key)
+        if own is None:
             shape = (len(frames), self.k, *frames.shape[1:])
-            self._stacks[key] = (np.zeros(shape, frames.dtype), np.zeros(shape, frames.dtype))
-            restart = np.ones(len(frames), bool)
-        current, spare = self._stacks[key]
-        spare[:, :-1] = current[:, 1:]
-        spare[:, -1] = frames
-        if restart.any():
-            spare[restart] = frames[restart][:, None]
-        self._stacks[key] = (spare, current)
-        return spare
+            own = self._own[key] = (np.zeros(shape, frames.dtype), np.zeros(shape, frames.dtype))
+        return own[1] if self._current.get(key) is own[0] else own[0]
+
+    def newest(self, key) -> np.ndarray:
+        """The group's stacks from its last push (a rollout row, or one of its own arrays)."""
+        return self._current[key]
 
     def with_frame(self, key, env: int, frame: np.ndarray) -> np.ndarray:
         """The stack env `env` would show with `frame` appended, without changing any state.
 
         For the last observation before a truncation: the actor resets that env in the same step, so
         the report's frame for it is already the new game's first."""
-        current = self._stacks[key][0]
-        return np.concatenate((current[env, 1:], frame[None]))
+        return np.concatenate((self.newest(key)[env, 1:], frame[None]))
 
     def forget(self, key) -> None:
-        self._stacks.pop(key, None)
+        self._current.pop(key, None)
+        self._own.pop(key, None)

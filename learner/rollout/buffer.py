@@ -61,25 +61,36 @@ class RolloutBuffer:
         index = slice(c0, c0 + n) if cols[-1] - c0 == n - 1 else cols
         self._host[name][t, index] = src
 
+    def obs_row(self, cols: list[int]) -> np.ndarray | None:
+        """A writable view of obs[t, cols] for the step these columns take next (record_actions' row), for
+        writing an observation where it is kept; None when the columns are not contiguous (no view)."""
+        c0, n = cols[0], len(cols)
+        if cols[-1] - c0 != n - 1:
+            return None
+        return self._host["obs"][self.acted[c0], c0:c0 + n]
+
     def record_actions(self, cols: list[int], obs, actions, logprobs, values) -> None:
-        """Store one inference result for columns that are all at the same step."""
+        """Store one inference result for columns that are all at the same step. obs None: the observation
+        was written into obs_row(cols) already."""
         t = self.acted[cols[0]]
-        for name, src in (("obs", obs), ("actions", actions), ("logprobs", logprobs), ("values", values)):
+        if obs is not None:
+            self._put("obs", t, cols, obs)
+        for name, src in (("actions", actions), ("logprobs", logprobs), ("values", values)):
             self._put(name, t, cols, src)
-        for c in cols:
-            self.acted[c] += 1
+        _advance(self.acted, cols, t + 1)
 
     def record_outcome(self, cols: list[int], rewards, terminated, truncated) -> None:
         t = self.completed[cols[0]]
         for name, src in (("rewards", rewards), ("terminated", terminated), ("truncated", truncated)):
             self._put(name, t, cols, src)
-        for c in cols:
-            self.completed[c] += 1
+        _advance(self.completed, cols, t + 1)
 
     def wants_action(self, col: int) -> bool:
         return not self.dead[col] and self.acted[col] < self.T
 
     def is_complete(self) -> bool:
+        if len(self.bootstrap_obs) < self.N - self.dead.count(True):
+            return False  # some live column has no bootstrap yet (the usual answer, found without a loop)
         return all(self.dead[c] or (self.completed[c] == self.T and c in self.bootstrap_obs) for c in range(self.N))
 
     def mark_dead(self, col: int) -> None:
@@ -124,3 +135,13 @@ class RolloutBuffer:
                 self.next_values[n - 1, col] = self.values[n, col]
                 return
             self.completed[col] = n - 1  # the next obs never reached inference: drop the step
+
+
+def _advance(steps: list[int], cols: list[int], t: int) -> None:
+    """steps[c] = t for every column c (all at step t - 1): one slice assignment for contiguous columns."""
+    c0, n = cols[0], len(cols)
+    if cols[-1] - c0 == n - 1:
+        steps[c0:c0 + n] = [t] * n
+    else:
+        for c in cols:
+            steps[c] = t

@@ -1,0 +1,164 @@
+"""Learner-side frame stacking through the collector, rollout after rollout: the stacks are written straight
+into the rollout's rows, and every row, bootstrap and final observation is what the actor-side stack would
+have been, whichever way groups move between rollouts (parked, flowing on, or with two rollouts alive).
+
+A scripted actor (two groups of two envs) sends frames filled with known values, with resets after a
+termination and after a truncation; the expected stacks are rebuilt here from those values alone.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from learner.collection.collector import Collector
+from learner.collection.inference import Inference
+from learner.gateway.gateway import Gateway
+from learner.gateway.registry import ActorRegistry
+from protocol import messages as m
+from protocol.settings import EnvSettings
+from protocol.spaces import SpaceSpec
+
+FRAME = SpaceSpec(kind="box", shape=(2, 2), dtype="uint8", low=[0.0], high=[255.0])
+ACT = SpaceSpec(kind="discrete", n=3)
+T, K, GROUPS, STACK, ROLLOUTS = 3, 2, 2, 3, 4
+TERMINATES = {(0, 1, 2), (0, 1, 5), (1, 1, 7)}  # (group, env, step): the env's game ends with that step
+TRUNCATES = {(1, 0, 4), (0, 0, 8)}  # cut by a time limit at that step: final frame sent, env reset
+
+
+def frame_value(group: int, env: int, step: int, final: bool = False) -> int:
+    """The value filling env's frame after `step` steps (its final frame before a reset: `final`)."""
+    return (100 * final + 40 * group + 13 * env + 3 * step) % 256
+
+
+def frames_of(group: int, step: int) -> np.ndarray:
+    return np.array([np.full(FRAME.shape, frame_value(group, i, step), np.uint8) for i in range(K)])
+
+
+class FrameActor(threading.Thread):
+    """Answers every Actions message with its group's next frames until told to stop."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, deadline: float, odd_first: bool = False):
+        super().__init__(daemon=True)
+        self.ctx, self.endpoint, self.deadline, self.odd_first = ctx, endpoint, deadline, odd_first
+        self.stop, self.error = threading.Event(), None
+        self.steps = [0] * GROUPS
+
+    def run(self):
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(self.endpoint)
+            sock.send_multipart(m.encode(m.Handshake(K * GROUPS, "frames", groups=GROUPS)))
+            self._recv(sock)  # the welcome
+            for g in range(GROUPS):
+                sock.send_multipart(m.encode(self._first(g)))
+            while not self.stop.is_set():
+                msg = self._recv(sock)
+                if msg is not None:
+                    sock.send_multipart(m.encode(self._report(msg.group)))
+        except BaseException as exc:  # re-raised by the test
+            self.error = exc
+        finally:
+            sock.close()
+
+    def _recv(self, sock):
+        while time.monotonic() < self.deadline:
+            if sock.poll(50):
+                return m.decode(sock.recv_multipart())
+            if self.stop.is_set():
+                return None
+        raise TimeoutError("frame actor: nothing from the learner before the deadline")
+
+    def _first(self, g: int) -> m.StepReport:
+        """The report after the first reset; odd_first: env 0's says it was truncated (nothing was), with a
+        final frame, which a first report has no step to attach to."""
+        zeros, trunc = np.zeros(K, bool), np.zeros(K, bool)
+        odd = self.odd_first and g == 0
+        trunc[0] = odd
+        final = np.full((1, *FRAME.shape), 77, np.uint8) if odd else None
+        return m.StepReport(g, frames_of(g, 0), np.zeros(K, np.float32), zeros, trunc, first=True,
+                            final_index=np.array([0] if odd else [], np.int64), final_obs=final)
+
+    def _report(self, g: int) -> m.StepReport:
+        self.steps[g] += 1
+        s = self.steps[g]
+        term = np.array([(g, i, s) in TERMINATES for i in range(K)])
+        trunc = np.array([(g, i, s) in TRUNCATES for i in range(K)])
+        cut = np.flatnonzero(trunc)
+        final = np.array([np.full(FRAME.shape, frame_value(g, i, s, final=True), np.uint8) for i in cut])
+        return m.StepReport(g, frames_of(g, s), np.zeros(K, np.float32), term, trunc, final_index=cut.astype(np.int64),
+                            final_obs=final if len(cut) else None)
+
+
+def expected_stacks():
+    """{(group, env): [stack after step s for s = 0, 1, ...]} and {(group, env, step): final stack}, as the
+    actor-side FrameStack builds them: the last STACK frames, the first one repeated after a reset."""
+    stacks, finals = {}, {}
+    for g in range(GROUPS):
+        for i in range(K):
+            window = deque([frame_value(g, i, 0)] * STACK, maxlen=STACK)
+            stacks[(g, i)] = [list(window)]
+            for s in range(1, T * (ROLLOUTS + 2)):
+                if (g, i, s) in TRUNCATES:
+                    finals[(g, i, s)] = [*list(window)[1:], frame_value(g, i, s, final=True)]
+                if (g, i, s) in TERMINATES or (g, i, s) in TRUNCATES:
+                    window = deque([frame_value(g, i, s)] * STACK, maxlen=STACK)
+                else:
+                    window.append(frame_value(g, i, s))
+                stacks[(g, i)].append(list(window))
+    return stacks, finals
+
+
+def values_of(stack: np.ndarray) -> list[int]:
+    """A stored stack's frame values (each frame is filled with one value: checked)."""
+    assert (stack == stack[:, :1, :1]).all()
+    return stack[:, 0, 0].tolist()
+
+
+@pytest.mark.parametrize("mode", ["parked", "flow_through", "double_buffer", "odd_first"])
+def test_stacks_land_in_the_rollout_rows_exactly(mode):
+    """odd_first: a first report claiming a truncation (a buggy actor) is a first report like any other:
+    it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet)."""
+    ctx = zmq.Context()
+    registry = ActorRegistry()
+    gateway = Gateway(ctx, "tcp://127.0.0.1:0", EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run",
+                      1 << 20, registry=registry)
+    policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
+    collector = Collector(gateway, registry, policy, T, (STACK, *FRAME.shape), torch.uint8, (), torch.long,
+                          torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
+                          double_buffer=mode == "double_buffer", flow_through=mode == "flow_through")
+    deadline = time.monotonic() + 30
+    actor = FrameActor(ctx, gateway.endpoint, deadline, odd_first=mode == "odd_first")
+    actor.start()
+    stacks, finals = expected_stacks()
+    try:
+        for r in range(ROLLOUTS):
+            buf = collector.collect(K * GROUPS, lambda: time.monotonic() > deadline or actor.error is not None)
+            assert actor.error is None and buf is not None and buf.is_complete()
+            assert buf.slots == [0, 1, 2, 3] and buf.completed == [T] * 4
+            for col in range(K * GROUPS):
+                g, i = divmod(col, K)
+                for t in range(T):
+                    assert values_of(buf.obs[t, col].numpy()) == stacks[(g, i)][r * T + t], (r, t, col)
+                assert values_of(buf.bootstrap_obs[col]) == stacks[(g, i)][(r + 1) * T], (r, col)
+            for (t, col), final in buf.final_obs.items():
+                g, i = divmod(col, K)
+                assert values_of(final) == finals[(g, i, r * T + t + 1)]
+            assert len(buf.final_obs) == sum(r * T < s <= (r + 1) * T for _, _, s in TRUNCATES)
+            # the stacks were written where they are kept: each group's newest is a row of a live rollout
+            rows = [collector.buffer.obs.numpy()] + ([collector.next.obs.numpy()] if collector.next else [])
+            if mode == "flow_through":
+                for g in range(GROUPS):
+                    assert any(np.shares_memory(collector.frames.newest((0, g)), rows_) for rows_ in rows)
+    finally:
+        actor.stop.set()
+        actor.join(5)
+        gateway.sock.close(linger=0)
+        ctx.destroy(linger=0)
+    assert actor.error is None, actor.error
