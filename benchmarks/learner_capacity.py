@@ -3,13 +3,15 @@
     python benchmarks/learner_capacity.py                         # 8, 16, 32 envs per message, random policy
     python benchmarks/learner_capacity.py --policy network        # the CNN too (on CPU it dominates)
     python benchmarks/learner_capacity.py --other /tmp/main-before  # the same load on another checkout, interleaved
+    python benchmarks/learner_capacity.py --collectors 1,2,4 --actors 4  # K collector processes, side by side
 
 Synthetic actors (processes of this script) hand-shake with a real learner (`launch.py --actors 0
 --collect-only`) over the real protocol and sockets, then answer every Actions message at once with a step
 report replayed from frames recorded from the real env (one env is built per actor, only to record them).
 An actor's cost per message is a receive, a decode and a send of pre-encoded frames, so even on 2 cores the
 learner is the bottleneck. Per row it prints the learner's agent steps/s (from metrics.jsonl) and the
-learner process's CPU microseconds per env step (utime + stime from /proc over the measured window).
+learner process's CPU microseconds per env step (utime + stime from /proc over the measured window; with
+cluster.collectors = K > 1, the training process's and its K collector processes' together).
 
 `--other PATH` runs every row a second time against the checkout at PATH (e.g. `git worktree add
 /tmp/main-before <commit>`), right after this checkout's, so before and after are measured side by side
@@ -68,22 +70,14 @@ def _encoded_reports(settings_dict: dict, k: int, group: int, seed: int) -> list
 
 
 def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent: int) -> None:
-    """Join, then answer every Actions message with the next recorded report, until goodbye."""
+    """Join (following a Redirect to another collector or rank), then answer every Actions message with the
+    next recorded report, until goodbye."""
     import zmq
     from protocol import messages as m
-    from protocol.transport import connect_dealer, recv_frames
     ctx = zmq.Context()
-    sock = connect_dealer(ctx, address, 64 << 20)
-    sock.send_multipart(m.encode(m.Handshake(num_envs, name, groups=groups)))
-    welcome = None
-    while welcome is None:
-        frames = recv_frames(sock, 1000)
-        if os.getppid() != parent:
-            return
-        if frames is not None:
-            welcome = m.decode(frames)
-    if not isinstance(welcome, m.Welcome):
-        raise SystemExit(f"{name}: no welcome: {welcome}")
+    sock, welcome = _join(ctx, address, num_envs, groups, name, parent)
+    if sock is None:
+        return
     k = num_envs // groups
     reports = [_encoded_reports(welcome.env, k, g, 7919 * g + hash(name) % 1000) for g in range(groups)]
     first = [m.encode(m.StepReport(g, m.decode(reports[g][0]).obs, *_zeros_like(k), first=True)) for g in range(groups)]
@@ -103,6 +97,29 @@ def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent:
         turn[g] += 1
 
 
+def _join(ctx, address: str, num_envs: int, groups: int, name: str, parent: int):
+    """(socket, Welcome) from the learner at `address` or the one it redirects to; (None, None) if the
+    benchmark went away first."""
+    from protocol import messages as m
+    from protocol.transport import connect_dealer, recv_frames
+    while True:
+        sock = connect_dealer(ctx, address, 64 << 20)
+        sock.send_multipart(m.encode(m.Handshake(num_envs, name, groups=groups)))
+        answer = None
+        while answer is None:
+            frames = recv_frames(sock, 1000)
+            if os.getppid() != parent:
+                return None, None
+            if frames is not None:
+                answer = m.decode(frames)
+        if isinstance(answer, m.Welcome):
+            return sock, answer
+        if not isinstance(answer, m.Redirect):
+            raise SystemExit(f"{name}: no welcome: {answer}")
+        sock.close(linger=0)
+        address = answer.address
+
+
 def _zeros_like(k: int):
     import numpy as np
     return np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool)
@@ -110,16 +127,18 @@ def _zeros_like(k: int):
 
 # ----------------------------------------------------------------------------------------------- one row
 
-def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, label: str) -> dict:
+def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args, tmp: Path, label: str) -> dict:
     groups, actors = 2, args.actors
     num_envs = per_message * groups
-    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}"
+    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}"
     cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", "cpu",
            "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
            "--set", 'cluster.address="tcp://127.0.0.1:0"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
            "--set", f"cluster.min_envs={actors * num_envs}", "--set", f"run.torch_threads={args.torch_threads}"]
     if policy == "random":
         cmd.append("--random-policy")
+    if collectors > 1:  # not named at 1: a checkout from before cluster.collectors runs the same row
+        cmd += ["--set", f"cluster.collectors={collectors}"]
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     log = open(run_dir.with_suffix(".log"), "w")
     proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -134,10 +153,10 @@ def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, labe
             workers.append(w)
         metrics = run_dir / "metrics.jsonl"
         _wait_for(lambda: len(read_metrics(metrics)) >= 2, args.row_timeout, "two rollouts", proc, run_dir)
-        pid = int(endpoints["pid"])
-        a = read_metrics(metrics)[-1], _cpu_ticks(pid)
+        pids = {int(endpoints["pid"])} | {int(c["pid"]) for c in endpoints.get("collectors", [])}
+        a = read_metrics(metrics)[-1], _cpu_ticks(pids)
         time.sleep(args.seconds)  # the measured window
-        b = read_metrics(metrics)[-1], _cpu_ticks(pid)
+        b = read_metrics(metrics)[-1], _cpu_ticks(pids)
     finally:
         terminate(proc, 30)
         kill_group(proc.pid)
@@ -151,16 +170,20 @@ def run_row(checkout: Path, per_message: int, policy: str, args, tmp: Path, labe
     if steps <= 0 or seconds <= 0:
         raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
     cpu_s = (b[1] - a[1]) / TICKS
-    return {"checkout": label, "policy": policy, "envs_per_message": per_message, "sps": steps / seconds,
+    return {"checkout": label, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
+            "sps": steps / seconds,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "env_steps": steps}
 
 
-def _cpu_ticks(pid: int) -> int:
-    stat = proc_stat(pid)
-    if stat is None:
-        raise RuntimeError(f"the learner (pid {pid}) is gone")
-    return stat[4]
+def _cpu_ticks(pids: set[int]) -> int:
+    total = 0
+    for pid in pids:
+        stat = proc_stat(pid)
+        if stat is None:
+            raise RuntimeError(f"a learner process (pid {pid}) is gone")
+        total += stat[4]
+    return total
 
 
 def _json(path: Path):
@@ -187,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/breakout.toml", help="learner config (default: %(default)s)")
     p.add_argument("--envs-per-message", default="8,16,32", help="comma-separated (default: %(default)s)")
     p.add_argument("--policy", default="random", help="random, network, or both as random,network")
+    p.add_argument("--collectors", default="1", help="cluster.collectors values, comma-separated (default: 1)")
     p.add_argument("--actors", type=int, default=2, help="synthetic actor processes, 2 groups each (default: 2)")
     p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=1, help="rounds; rows report the median (default: %(default)s)")
@@ -201,31 +225,34 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     sizes = [int(x) for x in args.envs_per_message.split(",")]
     policies = [x.strip() for x in args.policy.split(",")]
+    ks = [int(x) for x in args.collectors.split(",")]
     checkouts = [("this", REPO)] + ([("other", Path(args.other).resolve())] if args.other else [])
     tmp = Path(tempfile.mkdtemp(prefix="ppo-capacity-"))
     runs: dict[tuple, list[dict]] = {}
     print(f"learner capacity: {args.actors} synthetic actors x 2 groups, {args.seconds:g}s per row, "
           f"{args.repeat} round(s); checkouts: " + ", ".join(f"{n}={p}" for n, p in checkouts), flush=True)
     for _ in range(args.repeat):
-        for policy in policies:
-            for size in sizes:
-                for label, path in checkouts:
-                    row = run_row(path, size, policy, args, tmp, label)
-                    runs.setdefault((policy, size, label), []).append(row)
-                    print(f"  {label:<6} {policy:<8} {size:>3} envs/message  {row['sps']:>9,.0f} steps/s  "
-                          f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
-                          f"({row['learner_cores']:.2f} cores)", flush=True)
-    print("\n| policy | envs per message | " + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)
-          + (" | this / other |" if args.other else " |"))
-    print("|---|---:|" + "---:|---:|" * len(checkouts) + ("---:|" if args.other else ""))
+        for policy, size, k in itertools.product(policies, sizes, ks):
+            for label, path in checkouts:
+                row = run_row(path, size, policy, k, args, tmp, label)
+                runs.setdefault((policy, size, k, label), []).append(row)
+                print(f"  {label:<6} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
+                      f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
+                      f"({row['learner_cores']:.2f} cores)", flush=True)
+    print("\n| policy | envs per message | collectors | "
+          + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)
+          + (" | this / other |" if args.other else " | vs K=1 |"))
+    print("|---|---:|---:|" + "---:|---:|" * len(checkouts) + "---:|")
     table = []
-    for policy in policies:
-        for size in sizes:
-            med = {label: _median(runs[(policy, size, label)]) for label, _ in checkouts}
-            cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _ in checkouts)
-            speedup = f" | {med['this']['sps'] / med['other']['sps']:.2f}x |" if args.other else " |"
-            print(f"| {policy} | {size} | {cells}{speedup}")
-            table.append(med)
+    for policy, size, k in itertools.product(policies, sizes, ks):
+        med = {label: _median(runs[(policy, size, k, label)]) for label, _ in checkouts}
+        cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _ in checkouts)
+        if args.other:
+            ratio = med["this"]["sps"] / med["other"]["sps"]
+        else:
+            ratio = med["this"]["sps"] / _median(runs[(policy, size, ks[0], "this")])["sps"]
+        print(f"| {policy} | {size} | {k} | {cells} | {ratio:.2f}x |")
+        table.append(med)
     if args.out:
         Path(args.out).write_text(json.dumps({"rows": table, "runs": [r for v in runs.values() for r in v]}, indent=2))
     return 0

@@ -326,7 +326,8 @@ class Learner:
             actor_env=actor_env, actor_obs_space=actor_obs_space, obs_space=obs_space, action_space=action_space,
             layout=self.layout, frame_stack=stack, device=str(self.device),
             policy_seed=r.seed + self.state["update"] + 1_000_003 * rank + 7_919 * (i + 1),
-            flow_through=r.collect_only, parent_pid=os.getpid(), rank_targets=targets if i == 0 else None)
+            parent_pid=os.getpid(), rank_targets=targets if i == 0 else None,
+            shared_rows=not r.collect_only, flow_through=r.collect_only)  # (deterministic runs have one collector)
             for i in range(k)]
         served = [self.model, self.value_norm]
         return CollectorPool(specs, SharedWeights(served), served, cfg.ppo.num_steps, self.link, self.watchdog,

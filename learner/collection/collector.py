@@ -48,11 +48,12 @@ class Collector:
                  obs_dtype: torch.dtype, action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
                  actor_timeout_s: float, lockstep: bool = False, frame_stack: int = 1, startup_timeout_s: float = 0.0,
                  double_buffer: bool = False, flow_through: bool = False, watchdog: Watchdog | None = None,
-                 link: DeviceLink | None = None):
+                 link: DeviceLink | None = None, rows_for=None):
         """`registry` is the gateway's (who is connected); `double_buffer` (policy lag): the previous rollout
         is still being trained on while this one fills; `flow_through` (collect-only): see the module doc;
         `watchdog` is petted on every pass (the collector's loops are the learner's); `link` makes (and
-        counts) the copies between the host rollouts and the device."""
+        counts) the copies between the host rollouts and the device; `rows_for(width)`, in a collector process,
+        gives the memory a rollout of `width` columns is written into (its columns of the shared rollout)."""
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(device)
         self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
@@ -66,6 +67,7 @@ class Collector:
         self.buffer: RolloutBuffer | None = None
         self.next: RolloutBuffer | None = None  # flow_through: the rollout early groups went on into
         self.double_buffer, self.flow_through = double_buffer, flow_through
+        self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect)
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
@@ -78,9 +80,10 @@ class Collector:
 
     def pump(self, timeout_ms: int) -> int:
         """Between rollouts (a collector process waiting for its next one): admit joiners and their first
-        reports, hear goodbyes, check liveness. Returns the env slots ready for the next rollout."""
+        reports, hear goodbyes, check liveness. Returns the env slots ready for the next rollout (with
+        flow_through, those already in it too)."""
         self._pump(timeout_ms)
-        return self.parked_slots()
+        return self.parked_slots() + (self.next.N if self.next is not None else 0)
 
     def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
@@ -161,7 +164,7 @@ class Collector:
         slots = [s for w in groups for s in w.slots]
         reuse = self._older if self.double_buffer else self.buffer
         self._older = self.buffer
-        self.buffer = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse, link=self.link)
+        self.buffer = self._rollout(slots, reuse)
         for w in groups:
             w.buffer = self.buffer
             self._mark_fresh(w)
@@ -173,12 +176,16 @@ class Collector:
         buf = self.buffer
         live = {s for c, s in enumerate(buf.slots) if not buf.dead[c]}
         slots = sorted(live.union(*(w.slots for w in self.parked.values())))  # parked: joiners, or done early
-        self.next = RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=self._older, link=self.link)
+        self.next = self._rollout(slots, self._older)
         for key, w in self.parked.items():
             w.buffer = self.next
             self._mark_fresh(w)
             self.waiting[key] = w
         self.parked = {}
+
+    def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
+        rows = None if self.rows_for is None else self.rows_for(len(slots))
+        return RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
 
     @staticmethod
     def _mark_fresh(w: Waiting) -> None:

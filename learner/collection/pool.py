@@ -18,7 +18,7 @@ import torch
 
 from learner.stalls import Stalled
 from learner.collection.process import BOARD_COLUMNS, READY, CollectorSpec, collector_main
-from learner.collection.shard import Shard, merge_shards
+from learner.collection.shard import Shard, SharedRows, merge_shards
 from learner.report.episodes import EpisodeStats
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.link import DeviceLink
@@ -55,6 +55,7 @@ class CollectorPool:
         self.specs, self.weights, self.served = specs, weights, served
         first = specs[0]
         self.layout, self.num_steps, self.link, self.watchdog = first.layout, num_steps, link, watchdog
+        self.shared_rows = first.shared_rows
         c = first.cfg.cluster
         self.actor_timeout_s, self.startup_timeout_s, self.lagged = c.actor_timeout_s, c.startup_timeout_s, lagged
         self.board = torch.zeros(len(specs), BOARD_COLUMNS, dtype=torch.int64).share_memory_()
@@ -70,7 +71,8 @@ class CollectorPool:
         self.latest: dict[int, Shard] = {}
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
-        self.merged: list[RolloutBuffer] = []     # the last two, whose memory the next merge may reuse
+        self.rows = SharedRows(num_steps, self.layout)  # where the collectors write their columns
+        self.sent: list[set[int]] = [set() for _ in specs]  # ids of the row arrays each collector holds
         log.info("%d collector processes on %s", len(specs), ", ".join(self.endpoints))
 
     def _start(self, specs: list[CollectorSpec], weights: SharedWeights) -> None:
@@ -120,19 +122,34 @@ class CollectorPool:
         for k, conn in enumerate(self.conns):
             conn.send(("collect", version, self.rank_slots if k == 0 else None))
         self.rank_slots = None
-        shards = self._gather(should_stop)
+        if self.shared_rows:
+            widths = self._gather("width", should_stop)
+            if widths is None:
+                return None
+            rows = self._hand_out_rows(widths)
+        shards = self._gather("shard", should_stop)
         if shards is None:
             return None
+        if not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
+            rows = self.rows.take(sum(len(s.slots) for s in shards))[1]
         self.rollouts += 1
         for shard in shards:
             for ret, length in shard.episodes:
                 self.episodes.add(ret, length)
             self.events.extend(shard.events)
             self.latest[shard.collector] = shard
-        reuse = self.merged[0] if len(self.merged) == 2 or (self.merged and not self.lagged) else None
-        buf = merge_shards(shards, self.num_steps, self.layout, self.link.device, self.link, reuse=reuse)
-        self.merged = (self.merged + [buf])[-2:]
-        return buf
+        return merge_shards(shards, self.num_steps, self.layout, self.link.device, self.link, rows)
+
+    def _hand_out_rows(self, widths: list[int]) -> dict:
+        """Each collector's columns of this rollout's shared arrays, side by side in collector order."""
+        rows_id, rows = self.rows.take(sum(widths))
+        alive = {s[0] for s in self.rows.sets if s is not None}
+        offset = 0
+        for k, conn in enumerate(self.conns):
+            conn.send(("rows", rows_id, offset, None if rows_id in self.sent[k] else rows, alive))
+            self.sent[k] = (self.sent[k] & alive) | {rows_id}
+            offset += widths[k]
+        return rows
 
     def _await_ready(self, need: int, should_stop) -> bool:
         """Until the collectors together have `need` env slots ready (the first rollout's min_envs), saying
@@ -169,21 +186,22 @@ class CollectorPool:
         if self.watchdog is not None:
             self.watchdog.pet()
 
-    def _gather(self, should_stop) -> list[Shard] | None:
-        """Every collector's shard of this rollout (None: asked to stop first, and the collectors told)."""
-        shards: dict[int, Shard] = {}
-        while len(shards) < len(self.conns):
+    def _gather(self, kind: str, should_stop) -> list | None:
+        """Every collector's answer of `kind` ("width", "shard"), in collector order (None: asked to stop
+        first, and the collectors told)."""
+        answers: dict[int, object] = {}
+        while len(answers) < len(self.conns):
             if should_stop():
                 self.halt[0] = 1
                 return None
             self._pet()
-            for conn in wait([c for k, c in enumerate(self.conns) if k not in shards], 1.0):
+            for conn in wait([c for k, c in enumerate(self.conns) if k not in answers], 1.0):
                 k = self.conns.index(conn)
                 message = self._receive(k)
-                if message[0] != "shard":
+                if message[0] != kind:
                     raise CollectorLost(f"collector {k}: {message[1] if message[0] == 'error' else message[0]}")
-                shards[k] = message[1]
-        return [shards[k] for k in range(len(self.conns))]
+                answers[k] = message[1]
+        return [answers[k] for k in range(len(self.conns))]
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.episodes.take_new()

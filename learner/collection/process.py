@@ -4,10 +4,12 @@ memory. The training process (learner/collection/pool.py) drives it over a pipe:
 
     ("know", collector_addresses, rank_addresses)   collector 0 only: where it may redirect joiners
     ("collect", version, rank_slots)                 load weights `version`, fill one rollout, answer a Shard
+    ("rows", rows_id, offset, arrays or None, alive)  where that rollout's columns go (arrays: the first time;
+                                                     alive: the ids of the arrays the pool still has)
     ("close",)                                       goodbyes to the actors, exit
 
-and it answers ("ready", endpoint) once bound, ("shard", Shard) per rollout, ("stopped",) when told to stop
-mid-rollout, or ("error", text) before exiting 1. Between rollouts it keeps pumping its socket (joiners,
+and it answers ("ready", endpoint) once bound, ("width", columns) when a rollout starts, ("shard", Shard)
+when it is complete, ("stopped",) when told to stop mid-rollout, or ("error", text) before exiting 1. Between rollouts it keeps pumping its socket (joiners,
 goodbyes, liveness) and posts on the shared board how many env slots it has ready and live.
 """
 from __future__ import annotations
@@ -43,6 +45,10 @@ BOARD_COLUMNS = 3                  # and env slots ever handed out (joins so far
 IDLE_PUMP_MS = 50
 
 
+class StopCollecting(Exception):
+    """Told to stop while waiting to hear where a rollout's columns go."""
+
+
 @dataclass
 class CollectorSpec:
     """Everything a collector process builds itself from (picklable: it crosses a spawn)."""
@@ -63,8 +69,9 @@ class CollectorSpec:
     frame_stack: int
     device: str
     policy_seed: int
-    flow_through: bool
     parent_pid: int
+    shared_rows: bool = True   # write into the training process's rollout (False in collect-only runs: nobody
+    flow_through: bool = False  # trains on it, so each collector keeps its rows and flows through rollouts)
     rank_targets: tuple | None = None  # (targets, loads) on rank 0 of several ranks, collector 0: RankBalancer
 
 
@@ -145,16 +152,19 @@ class CollectorProcess:
         self.gateway = Gateway(self.ctx, spec.address, spec.actor_env, spec.actor_obs_space, spec.action_space,
                                spec.run_seed, spec.generation, spec.run_id, cfg.cluster.max_message_mb << 20,
                                curve=self.curve, registry=self.registry,
-                               redirect=redirect_chain(self.rank_balancer, self.balancer) if spec.index == 0 else None)
+                               redirect=redirect_chain(self.rank_balancer, self.balancer) if spec.index == 0 else None,
+                               wake=conn.fileno())  # a command ends the idle pump's wait at once
         policy = Inference(self.model, spec.action_space, device, None, seed=spec.policy_seed,
                            random_actions=cfg.run.random_policy, value_norm=self.value_norm, link=SharedLink(device))
         self.watchdog = Watchdog(Path(spec.run_dir) / log_name(spec.rank),
                                  max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         c = cfg.cluster
+        self.rows: dict[int, dict] = {}  # the training process's shared rollout arrays, by id (the last two)
         self.collector = Collector(self.gateway, self.registry, policy, cfg.ppo.num_steps, *spec.layout, device,
                                    c.actor_timeout_s, frame_stack=spec.frame_stack,
                                    startup_timeout_s=0.0,  # the pool's wait for the first rollout has the deadline
-                                   flow_through=spec.flow_through, watchdog=self.watchdog, link=policy.link)
+                                   watchdog=self.watchdog, link=policy.link, flow_through=spec.flow_through,
+                                   rows_for=self._rows_for if spec.shared_rows else None)
         self.stopping = False
 
     def _curve(self):
@@ -227,7 +237,10 @@ class CollectorProcess:
             self.version = self.weights.load_into([self.model, self.value_norm])
         self.collector.forgive_pause()
         self.board[self.spec.index, READY] = 0
-        rollout = self.collector.collect(0, self.should_stop, version, admit_first=False)
+        try:
+            rollout = self.collector.collect(0, self.should_stop, version, admit_first=False)
+        except StopCollecting:
+            return False
         if rollout is None:
             return False
         self._post_slots()
@@ -236,6 +249,18 @@ class CollectorProcess:
             live_slots=self.registry.num_slots(), rejected=self.gateway.rejected,
             events=self.gateway.take_events())))
         return True
+
+    def _rows_for(self, width: int) -> dict:
+        """This rollout's columns of the training process's shared rollout: say how many, hear where."""
+        self.conn.send(("width", width))
+        while not self.conn.poll(0.1):
+            if self.should_stop():
+                raise StopCollecting()
+        kind, rows_id, offset, arrays, alive = self.conn.recv()
+        self.rows = {i: r for i, r in self.rows.items() if i in alive}  # the pool has let the others go
+        if arrays is not None:
+            self.rows[rows_id] = arrays
+        return {name: t[:, offset:offset + width] for name, t in self.rows[rows_id].items()}
 
     def close(self) -> None:
         self.watchdog.stop()

@@ -1,23 +1,45 @@
-"""What a collector process hands the training process after each rollout: its columns of the rollout (arrays
-in shared memory: only their handles travel), the bookkeeping that goes with them, and what it saw meanwhile
-(finished episodes, joins and leaves, rejected messages). `merge_shards` lays the K shards side by side as
-one rollout, collector 0's columns first, which is what the advantages step reads.
+"""What a collector process hands the training process after each rollout: the bookkeeping of its columns
+(their arrays it wrote straight into the training process's shared rollout, `SharedRows`), and what it saw
+meanwhile (finished episodes, joins and leaves, rejected messages). `merge_shards` lays the K shards side by
+side as one rollout over those arrays, collector 0's columns first: no array is copied.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import itertools
+
 import numpy as np
+import torch
 
 from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.rollout.buffer import PER_STEP, RolloutBuffer
+
+
+class SharedRows:
+    """The per-step arrays of the rollouts collector processes fill, in shared memory the training process
+    owns: two sets used in turn (under policy lag the update reads one while the other fills), each
+    reallocated only when the rollout's width changes. `take(width)` -> (id, arrays of width columns)."""
+
+    def __init__(self, num_steps: int, layout: tuple):
+        obs_shape, obs_dtype, action_shape, action_dtype = layout
+        self.shapes = {"obs": ((*obs_shape,), obs_dtype), "actions": ((*action_shape,), action_dtype),
+                       "logprobs": ((), torch.float32), "values": ((), torch.float32),
+                       "rewards": ((), torch.float32), "terminated": ((), torch.bool), "truncated": ((), torch.bool)}
+        self.T, self.sets, self.turn, self.ids = num_steps, [None, None], 0, itertools.count(1)
+
+    def take(self, width: int) -> tuple[int, dict[str, torch.Tensor]]:
+        i, self.turn = self.turn, 1 - self.turn
+        if self.sets[i] is None or self.sets[i][1]["rewards"].shape[1] != width:
+            self.sets[i] = (next(self.ids), {name: torch.zeros((self.T, width, *shape), dtype=dtype).share_memory_()
+                                            for name, (shape, dtype) in self.shapes.items()})
+        return self.sets[i]
 
 
 @dataclass
 class Shard:
     collector: int
     slots: list[int]
-    arrays: dict                  # PER_STEP name -> (T, n, ...) tensor in shared memory
     acted: list[int]
     completed: list[int]
     dead: list[bool]
@@ -32,8 +54,7 @@ class Shard:
 
     @classmethod
     def of(cls, collector: int, buf: RolloutBuffer, **seen) -> "Shard":
-        return cls(collector, list(buf.slots), {name: getattr(buf, name) for name in PER_STEP},
-                   list(buf.acted), list(buf.completed), list(buf.dead), set(buf.fresh), dict(buf.bootstrap_obs),
+        return cls(collector, list(buf.slots), list(buf.acted), list(buf.completed), list(buf.dead), set(buf.fresh), dict(buf.bootstrap_obs),
                    dict(buf.final_obs), **seen)
 
 
@@ -42,17 +63,13 @@ def merged_slot(collector: int, slot: int) -> int:
     return collector * MAX_ENV_SLOTS + slot
 
 
-def merge_shards(shards: list[Shard], num_steps: int, layout: tuple, device, link,
-                 reuse: RolloutBuffer | None = None) -> RolloutBuffer:
-    """One rollout holding every shard's columns (a copy of each array, once per update)."""
+def merge_shards(shards: list[Shard], num_steps: int, layout: tuple, device, link, rows: dict) -> RolloutBuffer:
+    """One rollout over `rows` (which the shards' collectors filled, side by side in shard order)."""
     slots = [merged_slot(s.collector, slot) for s in shards for slot in s.slots]
-    buf = RolloutBuffer(slots, num_steps, *layout, device, reuse=reuse, link=link)
+    buf = RolloutBuffer(slots, num_steps, *layout, device, link=link, rows=rows)
     start = 0
     for shard in shards:
-        n = len(shard.slots)
-        end = start + n
-        for name in PER_STEP:
-            getattr(buf, name)[:, start:end] = shard.arrays[name]
+        end = start + len(shard.slots)
         buf.acted[start:end], buf.completed[start:end], buf.dead[start:end] = shard.acted, shard.completed, shard.dead
         buf.fresh.update(start + c for c in shard.fresh)
         buf.bootstrap_obs.update({start + c: np.asarray(o) for c, o in shard.bootstrap_obs.items()})

@@ -59,13 +59,16 @@ class Gateway:
     def __init__(self, ctx: zmq.Context, address: str, settings: EnvSettings, obs_space: SpaceSpec,
                  action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
                  curve=None, registry: ActorRegistry | None = None,
-                 redirect: Callable[[int], str | None] | None = None):
+                 redirect: Callable[[int], str | None] | None = None, wake: int | None = None):
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
         of a multi-rank learner or collector 0 of several, names the address a joiner should go to instead
-        (the least loaded rank or collector; None: stay here)."""
+        (the least loaded rank or collector; None: stay here). `wake`: a file descriptor whose input ends a
+        poll's wait too (a collector process's pipe from the training process)."""
         self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
+        if wake is not None:
+            self._poller.register(wake, zmq.POLLIN)
         self.registry = registry if registry is not None else ActorRegistry()
         self.redirect = redirect
         self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)

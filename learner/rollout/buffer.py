@@ -21,7 +21,10 @@ PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "tr
 class RolloutBuffer:
     def __init__(self, slots: list[int], num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
                  action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
-                 reuse: "RolloutBuffer | None" = None, link: DeviceLink | None = None):
+                 reuse: "RolloutBuffer | None" = None, link: DeviceLink | None = None,
+                 rows: dict[str, torch.Tensor] | None = None):
+        """`rows`: the per-step arrays (PER_STEP names, shaped (T, N, ...)) to write into instead of fresh host
+        memory: a collector process's columns of the training process's shared rollout, or that whole rollout."""
         self.slots = list(slots)
         self.column = {slot: i for i, slot in enumerate(self.slots)}
         T, N = num_steps, len(self.slots)
@@ -29,7 +32,9 @@ class RolloutBuffer:
         self.link = link or DeviceLink(device)
         host = self.link.host_tensor
         shape = (T, N, *obs_shape)
-        if reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == obs_dtype:
+        if rows is not None:
+            self.obs = rows["obs"]
+        elif reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == obs_dtype:
             self.obs = reuse.obs  # nobody reads the older rollout any more; rewriting in place saves page faults
         else:
             self.obs = host(shape, obs_dtype)  # only read where valid_mask() holds
@@ -39,6 +44,8 @@ class RolloutBuffer:
         self.rewards = host((T, N), torch.float32)
         self.terminated = host((T, N), torch.bool)
         self.truncated = host((T, N), torch.bool)
+        for name, given in (rows or {}).items():
+            setattr(self, name, given)
         self.next_values = host((T, N), torch.float32)
         self.acted = [0] * N     # actions sent per column (obs[t], actions[t], ... written for t < acted)
         self.completed = [0] * N  # steps whose outcome (reward, flags) has arrived

@@ -64,7 +64,10 @@ def test_an_actor_lost_on_collector_1_is_retired_and_a_joiner_takes_its_place(tm
     actors = []
     try:
         address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        actors = [start_actor(address, "--envs", "4", "--name", name) for name in ("first", "second")]
+        log = run_dir / "learner.log"
+        actors = [start_actor(address, "--envs", "4", "--name", "first")]
+        wait_for(lambda: "actor first joined" in log.read_text(), 60, "the first actor in", proc)
+        actors.append(start_actor(address, "--envs", "4", "--name", "second"))
         wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
         os.killpg(actors[1].pid, signal.SIGKILL)  # "second" joined collector 1 (collector 0 had 4 slots)
         wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 60, "the lost actor retired", proc)

@@ -4,17 +4,17 @@ import numpy as np
 import torch
 
 from learner.advantages.batch import rollout_to_batch
-from learner.collection.shard import Shard, merge_shards, merged_slot
+from learner.collection.shard import Shard, SharedRows, merge_shards, merged_slot
 from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.rollout.buffer import RolloutBuffer
-from learner.rollout.link import DeviceLink, SharedLink
+from learner.rollout.link import DeviceLink
 
 T, LAYOUT = 4, ((1,), torch.float32, (), torch.long)
 
 
-def shard_rollout(seed: int, n: int, link=None) -> RolloutBuffer:
+def shard_rollout(seed: int, n: int, rows=None) -> RolloutBuffer:
     """n columns with random values and rewards; column 0 truncated at t=1, the last one lost after 2 steps."""
-    buf = RolloutBuffer(list(range(n)), T, *LAYOUT, torch.device("cpu"), link=link)
+    buf = RolloutBuffer(list(range(n)), T, *LAYOUT, torch.device("cpu"), rows=rows)
     rng = np.random.default_rng(seed)
     for t in range(T):
         cols = list(range(n)) if t < 2 else list(range(n - 1))
@@ -37,8 +37,11 @@ def value_fn(obs):
 
 def test_merged_batch_is_each_shards_batch_column_for_column():
     alone = [shard_rollout(1, 3), shard_rollout(2, 2)]
-    shards = [Shard.of(k, shard_rollout(k + 1, n, link=SharedLink("cpu"))) for k, n in ((0, 3), (1, 2))]
-    merged = merge_shards(shards, T, LAYOUT, torch.device("cpu"), DeviceLink("cpu"))
+    _, rows = SharedRows(T, LAYOUT).take(5)  # what two collectors write their 3 and 2 columns into
+    columns = [{name: t[:, a:b] for name, t in rows.items()} for a, b in ((0, 3), (3, 5))]
+    shards = [Shard.of(k, shard_rollout(k + 1, n, rows=columns[k])) for k, n in ((0, 3), (1, 2))]
+    merged = merge_shards(shards, T, LAYOUT, torch.device("cpu"), DeviceLink("cpu"), rows)
+    assert merged.obs.data_ptr() == rows["obs"].data_ptr()  # no copy
     assert merged.slots == [0, 1, 2, MAX_ENV_SLOTS, MAX_ENV_SLOTS + 1] == [merged_slot(0, s) for s in range(3)] + \
         [merged_slot(1, s) for s in range(2)]
     assert merged.dead == [False, False, True, False, True] and merged.fresh == {2, 4}
@@ -54,6 +57,11 @@ def test_merged_batch_is_each_shards_batch_column_for_column():
             torch.testing.assert_close(whole.data[key][owner == k], part.data[key])
 
 
-def test_shard_arrays_are_shared_memory_so_only_handles_cross_to_the_training_process():
-    shard = Shard.of(0, shard_rollout(1, 2, link=SharedLink("cpu")))
-    assert all(t.is_shared() for t in shard.arrays.values())
+def test_shared_rows_alternate_two_sets_and_reallocate_only_on_a_new_width():
+    rows = SharedRows(T, LAYOUT)
+    a, b = rows.take(4), rows.take(4)
+    assert a[0] != b[0] and all(t.is_shared() for t in a[1].values())
+    assert rows.take(4)[0] == a[0] and rows.take(4)[0] == b[0]  # the same memory, in turn
+    c = rows.take(6)
+    assert c[0] not in (a[0], b[0]) and c[1]["obs"].shape == (T, 6, 1)
+    assert rows.take(4)[0] == b[0]  # the other set kept its width
