@@ -114,3 +114,12 @@ def test_pendulum_reaches_minus_400_within_300k_steps(tmp_path, lag):
                        "--set", f"run.policy_lag={lag}", "--deterministic")
     _assert_lag(tmp_path / "pendulum", lag)
     print(f"Pendulum, policy_lag={lag}: mean of 100 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
+
+
+def test_cartpole_with_two_collector_processes_reaches_475_within_150k_steps(tmp_path):
+    """cluster.collectors = 2: two processes infer with the weights the training process shares after each
+    update (a collector serving stale weights would not learn) and write into its rollout."""
+    hit = _train_until(tmp_path / "cartpole", "configs/cartpole.toml", 150_000, 20, 475, 240,
+                       "--set", "cluster.collectors=2")
+    assert "2 collector processes" in (tmp_path / "cartpole" / "learner.log").read_text()
+    print(f"CartPole, 2 collectors: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
