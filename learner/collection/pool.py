@@ -62,7 +62,11 @@ class CollectorPool:
         self.halt = torch.zeros(1, dtype=torch.int8).share_memory_()
         self.procs, self.conns = [], []
         self._start(specs, weights)
-        self.endpoints = [self._expect_ready(k) for k in range(len(specs))]
+        try:
+            self.endpoints = [self._expect_ready(k) for k in range(len(specs))]
+        except CollectorLost:
+            self.close()  # the others started: none is left behind
+            raise
         self.endpoint = self.endpoints[0]
         self.addresses = [advertised_address(e, advertise_host) for e in self.endpoints]
         self.conns[0].send(("know", self.addresses, None))

@@ -122,6 +122,8 @@ def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt
         code = CollectorProcess(spec, conn, weights, board.numpy(), halt.numpy()).serve()
     except Stalled as exc:
         code = _fail(conn, str(exc))
+    except (zmq.ZMQError, OSError) as exc:  # an address in use, a key file: the one line says it all
+        code = _fail(conn, f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # one clear line to the training process, the traceback in the log
         log.error("collector %d failed:\n%s", spec.index, traceback.format_exc())
         code = _fail(conn, f"{type(exc).__name__}: {exc}")

@@ -181,3 +181,22 @@ def test_curve_keys_guard_every_collector(tmp_path):
     assert proc.returncode == 0, out[-2000:]
     events = [e for r in metrics(run_dir) for e in r["events"]]
     assert any("sent to " + _collectors(run_dir)[1]["address"] in e for e in events), events
+
+
+def test_an_address_in_use_is_one_line_and_leaves_no_collector(tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = launch(*CARTPOLE, *TWO, "--run-dir", str(tmp_path / "taken"), "--actors", "1",
+                      "--set", f'cluster.address="tcp://127.0.0.1:{port}"')
+        try:
+            out, _ = proc.communicate(timeout=120)
+            assert_session_gone(proc.pid, timeout=30)
+        finally:
+            kill_group(proc)
+    assert proc.returncode == 2, out[-2000:]
+    errors = [line for line in out.splitlines() if "ERROR" in line and "launch" not in line]
+    assert len(errors) == 1 and "collector 0 could not start: ZMQError: Address already in use" in errors[0], out
+    assert "Traceback" not in out
