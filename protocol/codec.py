@@ -17,6 +17,7 @@ ALLOWED_DTYPES = frozenset(
 )
 DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}  # np.dtype(name) parses the name on every call
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}  # dtype.name is slow on the hot path
+EMPTY = {dtype: np.frombuffer(b"", dtype) for dtype in DTYPES.values()}  # read-only, like every decoded array
 MAX_HEADER_BYTES = 1 << 20
 MAX_ARRAYS = 1024
 MAX_DIMS = 8
@@ -117,6 +118,9 @@ def decode_arrays(specs: list, frames: list, max_bytes: int = DEFAULT_MAX_BYTES)
             raise ProtocolError(f"array {name!r}: {where} has {nbytes} bytes, {dtype}{tuple(shape)} needs {expected}")
         if name in arrays:
             raise ProtocolError(f"array {name!r} appears twice")
+        if not expected and len(shape) == 1:  # no episode ended, no env truncated: the usual step's three
+            arrays[name] = EMPTY[dtype]
+            continue
         arr = np.frombuffer(buf, dtype=dtype)
         arrays[name] = arr if len(shape) == 1 else arr.reshape(shape)  # 1-D: already the right shape
     return arrays

@@ -63,8 +63,7 @@ class Gateway:
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
         of a multi-rank learner, names the rank a joiner should go to instead (None: stay here)."""
         self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
-        self._poller = zmq.Poller()
-        self._poller.register(self.sock, zmq.POLLIN)
+        self._rcvtimeo = -1  # the socket's receive timeout (ms) now: zmq's default, -1, waits for ever
         self.registry = registry if registry is not None else ActorRegistry()
         self.redirect = redirect
         self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)
@@ -87,10 +86,8 @@ class Gateway:
     def poll(self, timeout_ms: int) -> list[Incoming]:
         """Everything that has arrived (waiting up to timeout_ms for the first message)."""
         out = []
-        if not self._poller.poll(timeout_ms):  # kept: Socket.poll() would build a Poller per call
-            return out
-        for _ in range(MAX_BATCH_MESSAGES):
-            frames = self._recv()
+        for n in range(MAX_BATCH_MESSAGES):
+            frames = self._recv(_NOBLOCK) if n else self._recv_first(timeout_ms)
             if frames is None:
                 break
             item = self._admit(frames)
@@ -98,13 +95,20 @@ class Gateway:
                 out.append(item)
         return out
 
-    def _recv(self) -> list | None:
-        """One queued message as zmq.Frames (zero-copy), or None when none is left.
+    def _recv_first(self, timeout_ms: int) -> list | None:
+        """The first message, waiting up to timeout_ms: a receive that blocks (under RCVTIMEO, set only when the
+        timeout changes), not a poll and then a receive, which costs one more call into zmq per wake-up."""
+        if timeout_ms != self._rcvtimeo:
+            self.sock.rcvtimeo = self._rcvtimeo = timeout_ms
+        return self._recv(0)
+
+    def _recv(self, flags: int) -> list | None:
+        """One queued message as zmq.Frames (zero-copy), or None when none came (NOBLOCK: none is left).
 
         Not recv_multipart(): pyzmq's getsockopt (RCVMORE, EVENTS) looks the option up as a Python enum
         on every call, several microseconds per message; Frame.more is a plain C read."""
         try:
-            frame = self.sock.recv(_NOBLOCK, copy=False)
+            frame = self.sock.recv(flags, copy=False)
         except zmq.Again:
             return None
         frames = [frame]
@@ -203,10 +207,12 @@ class Gateway:
         if not entry.owes:  # its silence counts from now: time the learner spent inferring is not the actor's
             entry.last_seen = time.monotonic()
         entry.owes.add(group)
-        return self._send(entry.identity, m.Actions(group, actions, version), entry)
+        return self._send_frames(entry.identity, m.encode_actions(group, actions, version), entry)
 
     def _send(self, identity: bytes, msg, entry: ActorEntry | None = None) -> bool:
-        frames = m.encode(msg)
+        return self._send_frames(identity, m.encode(msg), entry)
+
+    def _send_frames(self, identity: bytes, frames: list, entry: ActorEntry | None = None) -> bool:
         try:  # frame by frame with int flags: send_multipart would OR enum flags in Python per call
             self.sock.send(identity, _SNDMORE_NOBLOCK)
             for frame in frames[:-1]:
