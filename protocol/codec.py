@@ -47,13 +47,13 @@ def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray
     return [header, *frames]
 
 
-def _buffer(frame) -> memoryview:
+def buffer_of(frame) -> memoryview:
     # zmq.Frame (copy=False) exposes .buffer; bytes and memoryview work directly
     return memoryview(getattr(frame, "buffer", frame))
 
 
 def decode_header(frame, version: int) -> tuple[str, dict, list]:
-    raw = _buffer(frame)
+    raw = buffer_of(frame)
     if raw.nbytes > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {raw.nbytes} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     try:
@@ -111,7 +111,7 @@ def decode_arrays(specs: list, frames: list, max_bytes: int = DEFAULT_MAX_BYTES)
         raise ProtocolError(f"header announces {framed} array frames but {len(frames)} frames follow")
     arrays, next_frame = {}, iter(frames)
     for name, dtype, shape, expected, inline in checked:
-        buf = _buffer(next(next_frame)) if inline is None else inline
+        buf = buffer_of(next(next_frame)) if inline is None else inline
         nbytes = len(inline) if inline is not None else buf.nbytes
         if nbytes != expected:
             where = "frame" if inline is None else "inline data"

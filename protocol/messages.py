@@ -15,8 +15,10 @@ import numpy as np
 from protocol import codec
 from protocol.errors import ProtocolError
 from protocol.spaces import SpaceSpec
+from protocol.usual_step import usual_step
 
 PROTOCOL_VERSION = 1
+_NONE = (codec.EMPTY[codec.DTYPES["float64"]], codec.EMPTY[codec.DTYPES["int64"]])  # no episode ended, no env cut
 
 
 @dataclass
@@ -166,6 +168,9 @@ def decode(frames: list, expect: Expect | None = None, max_bytes: int = codec.DE
     cls = TYPES.get(name)
     if cls is None:
         raise ProtocolError(f"unknown message type {name!r:.40}")
+    if name == "step" and expect is not None and (usual := usual_step(body, specs, frames[1:], expect)) is not None:
+        group, first, obs, rewards, terminated, truncated = usual  # most reports: see protocol/usual_step.py
+        return StepReport(group, obs, rewards, terminated, truncated, _NONE[0], _NONE[1], _NONE[1], first=first)
     try:
         arrays = codec.decode_arrays(specs, frames[1:], expect.max_bytes if expect else max_bytes)
         return _BUILDERS[name](body, arrays, expect)
