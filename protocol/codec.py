@@ -17,6 +17,7 @@ ALLOWED_DTYPES = frozenset(
 )
 DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}  # np.dtype(name) parses the name on every call
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}  # dtype.name is slow on the hot path
+EMPTY = {dtype: np.frombuffer(b"", dtype) for dtype in DTYPES.values()}  # read-only, like every decoded array
 MAX_HEADER_BYTES = 1 << 20
 MAX_ARRAYS = 1024
 MAX_DIMS = 8
@@ -46,13 +47,13 @@ def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray
     return [header, *frames]
 
 
-def _buffer(frame) -> memoryview:
+def buffer_of(frame) -> memoryview:
     # zmq.Frame (copy=False) exposes .buffer; bytes and memoryview work directly
     return memoryview(getattr(frame, "buffer", frame))
 
 
 def decode_header(frame, version: int) -> tuple[str, dict, list]:
-    raw = _buffer(frame)
+    raw = buffer_of(frame)
     if raw.nbytes > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {raw.nbytes} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     try:
@@ -110,13 +111,16 @@ def decode_arrays(specs: list, frames: list, max_bytes: int = DEFAULT_MAX_BYTES)
         raise ProtocolError(f"header announces {framed} array frames but {len(frames)} frames follow")
     arrays, next_frame = {}, iter(frames)
     for name, dtype, shape, expected, inline in checked:
-        buf = _buffer(next(next_frame)) if inline is None else inline
+        buf = buffer_of(next(next_frame)) if inline is None else inline
         nbytes = len(inline) if inline is not None else buf.nbytes
         if nbytes != expected:
             where = "frame" if inline is None else "inline data"
             raise ProtocolError(f"array {name!r}: {where} has {nbytes} bytes, {dtype}{tuple(shape)} needs {expected}")
         if name in arrays:
             raise ProtocolError(f"array {name!r} appears twice")
+        if not expected and len(shape) == 1:  # no episode ended, no env truncated: the usual step's three
+            arrays[name] = EMPTY[dtype]
+            continue
         arr = np.frombuffer(buf, dtype=dtype)
         arrays[name] = arr if len(shape) == 1 else arr.reshape(shape)  # 1-D: already the right shape
     return arrays

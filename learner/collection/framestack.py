@@ -33,7 +33,7 @@ class LearnerFrameStack:
         else:
             out[:, :-1] = current[:, 1:]
             out[:, -1] = frames
-            if restart.any():
+            if np.count_nonzero(restart):  # = restart.any(), in one C call
                 out[restart] = frames[restart][:, None]
         self._current[key] = out
         return out

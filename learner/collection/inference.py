@@ -17,6 +17,9 @@ from learner.model.normalize import ObsNormalizer, ValueNormalizer
 from protocol.spaces import SpaceSpec
 
 
+RANDOM_POOL = 4096  # random discrete actions drawn at a time
+
+
 @dataclass
 class ActResult:
     """One inference batch's results, in host memory (numpy): what the rollout stores and the actors get."""
@@ -41,6 +44,8 @@ class Inference:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
+        self._pool, self._drawn = np.zeros(0, np.int64), 0  # random discrete actions drawn ahead (_draw)
+        self._zeros = np.zeros(0, np.float32)  # the log-probs and values of random actions (read-only)
 
     def follow(self, model: torch.nn.Module) -> None:
         """Serve `model`'s current weights (policy lag: the served copy catches up after each update)."""
@@ -93,10 +98,27 @@ class Inference:
     def _random(self, n: int) -> ActResult:
         space = self.action_space
         if space.kind == "discrete":
-            actions = self.rng.integers(0, space.n, size=n, dtype=np.int64)
+            actions = self._draw(n)
         else:
             low = np.asarray(space.low, np.float32).reshape(space.shape)
             high = np.asarray(space.high, np.float32).reshape(space.shape)
             actions = self.rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
-        zeros = np.zeros(n, np.float32)
+        if len(self._zeros) < n:
+            self._zeros = _read_only(np.zeros(n, np.float32))
+        zeros = self._zeros[:n]
         return ActResult(actions, None, zeros, zeros)
+
+    def _draw(self, n: int) -> np.ndarray:
+        """n random discrete actions: slices of a pool drawn RANDOM_POOL at a time, since one call of numpy's
+        integers() costs tens of microseconds, mostly checking its arguments."""
+        if self._drawn + n > len(self._pool):
+            self._pool = _read_only(self.rng.integers(0, self.action_space.n, size=max(RANDOM_POOL, n), dtype=np.int64))
+            self._drawn = 0
+        self._drawn += n
+        return self._pool[self._drawn - n:self._drawn]
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    """Shared by the results of many batches (slices): nobody may write into it."""
+    arr.flags.writeable = False
+    return arr

@@ -55,7 +55,12 @@ class RolloutBuffer:
         self.final_obs: dict[tuple[int, int], np.ndarray] = {}  # (t, column) -> last obs before a truncation
         self._host = {name: getattr(self, name).numpy() for name in PER_STEP}  # views _put writes through
 
-    def columns(self, slots) -> list[int]:
+    def columns(self, slots: list[int]) -> list[int]:
+        """The columns of these slots: a group's slots are almost always consecutive columns (one list
+        comparison), else looked up one by one."""
+        c0, n = self.column[slots[0]], len(slots)
+        if self.slots[c0:c0 + n] == slots:
+            return list(range(c0, c0 + n))
         return [self.column[s] for s in slots]
 
     def _put(self, name: str, t: int, cols: list[int], src: np.ndarray) -> None:

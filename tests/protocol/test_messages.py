@@ -106,6 +106,23 @@ def test_box_actions_round_trip_as_float32_matrix(pt):
     assert decoded.version == 1 and decoded.group == 0
 
 
+@pytest.mark.parametrize("actions", [np.array([0, 5, 2, 3], np.int64), np.arange(512, dtype=np.int64) % 7,
+                                     np.array([[0.5, -1.0], [1e-8, 3.25], [-0.0, 7.0]], np.float32),
+                                     np.arange(600, dtype=np.float32).reshape(300, 2),  # past inline: framed
+                                     np.arange(8, dtype=np.int64)[::2]],  # not contiguous
+                         ids=["discrete", "discrete-512", "box", "box-framed", "strided"])
+def test_encode_actions_gives_the_very_bytes_of_encode(actions):
+    """The learner's cached-header encoder for actions: identical frames, whatever the group, version and
+    shape (each combination twice, so the second comes from the cache)."""
+    for group, version in [(0, 1), (1, 1), (0, 2), (1, 70000), (0, 1)] * 2:
+        fast = m.encode_actions(group, actions, version)
+        slow = m.encode(m.Actions(group, actions, version))
+        assert [bytes(f) for f in fast] == [bytes(f) for f in slow]
+        decoded = m.decode(fast)
+        np.testing.assert_array_equal(decoded.actions, actions)
+        assert (decoded.group, decoded.version) == (group, version)
+
+
 def test_weights_keep_names_order_dtypes_and_values(pt):
     rng = np.random.default_rng(0)
     tensors = {f"layer{i}.{kind}": pt.random_array(rng, shape, dtype)

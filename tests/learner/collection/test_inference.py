@@ -43,3 +43,25 @@ def test_act_counts_observations_value_does_not():
         ref = model.value(policy.obs_norm(torch.from_numpy(bootstrap)))
     torch.testing.assert_close(values, ref)
     torch.testing.assert_close(values_t, ref)
+
+
+def test_random_discrete_actions_come_from_a_pool_drawn_ahead_in_order():
+    """--random-policy: numpy's integers() is drawn RANDOM_POOL at a time (a call costs tens of microseconds),
+    and each batch takes the next actions of the pool, across pool boundaries and for batches bigger than it."""
+    from learner.collection.inference import RANDOM_POOL
+    space = SpaceSpec(kind="discrete", n=6)
+    policy = Inference(None, space, torch.device("cpu"), None, seed=3, random_actions=True)
+    sizes = [16] * (RANDOM_POOL // 16 - 1) + [7, 20, RANDOM_POOL + 5, 3]
+    results = [policy.act([np.zeros((n, 2), np.uint8)]) for n in sizes]
+    assert [len(r.actions) for r in results] == sizes
+    assert all(r.actions.dtype == np.int64 and not r.actions.flags.writeable for r in results)
+    assert all((r.logprobs == 0).all() and (r.values == 0).all() and len(r.values) == len(r.actions) for r in results)
+    rng = np.random.default_rng(3)
+    pools = [rng.integers(0, 6, size=RANDOM_POOL, dtype=np.int64),  # the first pool: up to the batch of 20
+             rng.integers(0, 6, size=RANDOM_POOL, dtype=np.int64),  # the second: from the batch of 20 on
+             rng.integers(0, 6, size=RANDOM_POOL + 5, dtype=np.int64), rng.integers(0, 6, size=RANDOM_POOL, dtype=np.int64)]
+    first = np.concatenate([r.actions for r in results[:-3]])
+    np.testing.assert_array_equal(first, pools[0][:len(first)])
+    np.testing.assert_array_equal(results[-3].actions, pools[1][:20])
+    np.testing.assert_array_equal(results[-2].actions, pools[2])
+    np.testing.assert_array_equal(results[-1].actions, pools[3][:3])
