@@ -167,7 +167,7 @@ class CollectorProcess:
                                    startup_timeout_s=0.0,  # the pool's wait for the first rollout has the deadline
                                    watchdog=self.watchdog, link=policy.link, flow_through=spec.flow_through,
                                    rows_for=self._rows_for if spec.shared_rows else None)
-        self.stopping = False
+        self.posted = None  # the registry's (actors joined so far, connected) when the board last heard
 
     def _curve(self):
         c = self.spec.cfg.cluster
@@ -223,8 +223,12 @@ class CollectorProcess:
         return self.conn.recv()
 
     def _post_slots(self) -> None:
-        self.board[self.spec.index, ADMITTED] = sum(self.registry.slot_uses.values())
-        self.board[self.spec.index, SLOTS] = self.registry.num_slots()
+        """Live and admitted env slots to the board, when a join or a leave changed them (not per message)."""
+        mark = (self.registry.next_actor_id, len(self.registry))
+        if mark != self.posted:
+            self.posted = mark
+            self.board[self.spec.index, ADMITTED] = sum(self.registry.slot_uses.values())
+            self.board[self.spec.index, SLOTS] = self.registry.num_slots()
 
     def _know(self, collectors: list[str], ranks: list[str] | None) -> None:
         if self.balancer is not None:
