@@ -69,7 +69,7 @@ class CollectorPool:
             raise
         self.endpoint = self.endpoints[0]
         self.addresses = [advertised_address(e, advertise_host) for e in self.endpoints]
-        self.conns[0].send(("know", self.addresses, None))
+        self._send(0, ("know", self.addresses, None))
         self.rollouts = 0
         self.episodes = EpisodeStats()
         self.latest: dict[int, Shard] = {}
@@ -102,10 +102,19 @@ class CollectorPool:
         try:
             return self.conns[k].recv()
         except (EOFError, OSError):
-            proc = self.procs[k]
-            proc.join(1.0)
-            raise CollectorLost(f"collector {k} (pid {proc.pid}) exited with code {proc.exitcode} "
-                                f"without a word (see the log above)") from None
+            raise self._lost(k) from None
+
+    def _send(self, k: int, message) -> None:
+        try:
+            self.conns[k].send(message)
+        except OSError:  # its end of the pipe is closed: it died between two rollouts
+            raise self._lost(k) from None
+
+    def _lost(self, k: int) -> CollectorLost:
+        proc = self.procs[k]
+        proc.join(1.0)
+        return CollectorLost(f"collector {k} (pid {proc.pid}) exited with code {proc.exitcode} "
+                             f"without a word (see the log above)")
 
     # -- what the training loop calls ------------------------------------------------------------------
 
@@ -118,13 +127,13 @@ class CollectorPool:
         return join_command(self.endpoint, num_envs, bool(self.specs[0].cfg.cluster.server_key))
 
     def know_ranks(self, rank_addresses: list[str]) -> None:
-        self.conns[0].send(("know", self.addresses, rank_addresses))
+        self._send(0, ("know", self.addresses, rank_addresses))
 
     def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
         if not self._await_ready(min_envs, should_stop):
             return None
-        for k, conn in enumerate(self.conns):
-            conn.send(("collect", version, self.rank_slots if k == 0 else None))
+        for k in range(len(self.conns)):
+            self._send(k, ("collect", version, self.rank_slots if k == 0 else None))
         self.rank_slots = None
         if self.shared_rows:
             widths = self._gather("width", should_stop)
@@ -149,8 +158,8 @@ class CollectorPool:
         rows_id, rows = self.rows.take(sum(widths))
         alive = {s[0] for s in self.rows.sets if s is not None}
         offset = 0
-        for k, conn in enumerate(self.conns):
-            conn.send(("rows", rows_id, offset, None if rows_id in self.sent[k] else rows, alive))
+        for k in range(len(self.conns)):
+            self._send(k, ("rows", rows_id, offset, None if rows_id in self.sent[k] else rows, alive))
             self.sent[k] = (self.sent[k] & alive) | {rows_id}
             offset += widths[k]
         return rows
