@@ -29,9 +29,16 @@ def run_launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def start_actor(address: str, *extra: str) -> subprocess.Popen:
-    """A standalone actor (python -m actor) in its own process group."""
+    """A standalone actor (python -m actor) in its own process group, Ctrl-C-able like one a terminal starts."""
     return subprocess.Popen([sys.executable, "-m", "actor", "--learner", address, *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=sigint_as_in_a_terminal)
+
+
+def sigint_as_in_a_terminal() -> None:
+    """SIGINT back to its default in a child: a shell that started the tests in the background (`cmd &`
+    without job control) hands every process SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def endpoints(run_dir: Path) -> dict | bool:

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.integration.cluster import ROOT, endpoints, kill_group, launch, metrics, start_actor, stop, wait_for
+from tests.integration.cluster import (ROOT, endpoints, kill_group, launch, metrics, sigint_as_in_a_terminal,
+                                       start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,7 @@ def test_ctrl_c_while_connecting_leaves_quietly(tmp_path):
     with open(console, "w") as sink:
         actor = subprocess.Popen([sys.executable, "-m", "actor", "--learner", f"tcp://127.0.0.1:{closed_port()}",
                                   "--join-timeout-s", "60"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=sigint_as_in_a_terminal)
     try:
         wait_for(lambda: "connecting to" in console.read_text(), 30, "the connecting line", actor)
         os.killpg(actor.pid, signal.SIGINT)
@@ -90,7 +91,8 @@ def test_actors_0_prints_the_command_that_joins_and_says_when_every_actor_left(t
         command = f"python -m actor --learner {address} --envs 1"
         wait_for(lambda: f"to add one: {command}" in (run_dir / "learner.log").read_text(), 30, "the hint", proc)
         actor = subprocess.Popen([sys.executable, *command.split()[1:], "--name", "copied"], cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                 preexec_fn=sigint_as_in_a_terminal)
         wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 90, "an update with the copied command", proc)
         said = (run_dir / "learner.log").read_text().count("waiting for actors")
         os.killpg(actor.pid, signal.SIGINT)
