@@ -331,6 +331,16 @@ def check_multi_rank(cfg: Config, why: str) -> None:
              f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
 
 
+def check_collectors(cfg: Config) -> None:
+    """cluster.collectors: in range, and one process where several would not be exact or would diverge."""
+    k = cfg.cluster.collectors
+    _require(0 <= k <= 64, f"cluster.collectors must be in [0, 64] (0: from the device and cores), got {k}")
+    _require(k <= 1 or not cfg.run.deterministic, f"cluster.collectors = {k} is not exact across process "
+             "scheduling: deterministic runs collect in one process (set cluster.collectors = 1)")
+    _require(k <= 1 or not cfg.normalize.obs, f"cluster.collectors = {k} with normalize.obs: each collector "
+             "would keep its own observation statistics (set cluster.collectors = 1)")
+
+
 def _is_host(text: str) -> bool:
     """A host name, IPv4 or IPv6 address (bracketed or not), and not one meaning every interface."""
     import ipaddress
@@ -377,11 +387,7 @@ def validate(cfg: Config) -> None:
     _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
     _require(c.startup_timeout_s >= 0, f"cluster.startup_timeout_s must be >= 0, got {c.startup_timeout_s}")
     _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
-    _require(0 <= c.collectors <= 64, f"cluster.collectors must be in [0, 64] (0: from the device and cores), got {c.collectors}")
-    _require(c.collectors <= 1 or not r.deterministic, f"cluster.collectors = {c.collectors} is not exact across "
-             "process scheduling: deterministic runs collect in one process (set cluster.collectors = 1)")
-    _require(c.collectors <= 1 or not cfg.normalize.obs, f"cluster.collectors = {c.collectors} with normalize.obs: "
-             "each collector would keep its own observation statistics (set cluster.collectors = 1)")
+    check_collectors(cfg)
     _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")
