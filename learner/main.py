@@ -331,7 +331,7 @@ class Learner:
             for i in range(k)]
         served = [self.model, self.value_norm]
         return CollectorPool(specs, SharedWeights(served), served, cfg.ppo.num_steps, self.link, self.watchdog,
-                             cfg.cluster.advertise_host, self.lagged)
+                             cfg.cluster.advertise_host)
 
     def _sync_from_rank0(self) -> None:
         """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""

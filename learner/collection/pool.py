@@ -50,14 +50,14 @@ def default_collectors(requested: int, device: torch.device, cores: int, determi
 
 class CollectorPool:
     def __init__(self, specs: list[CollectorSpec], weights: SharedWeights, served: list, num_steps: int,
-                 link: DeviceLink, watchdog, advertise_host: str, lagged: bool):
+                 link: DeviceLink, watchdog, advertise_host: str):
         """`served`: the training process's modules the collectors serve (published after each update)."""
         self.specs, self.weights, self.served = specs, weights, served
         first = specs[0]
         self.layout, self.num_steps, self.link, self.watchdog = first.layout, num_steps, link, watchdog
         self.shared_rows = first.shared_rows
         c = first.cfg.cluster
-        self.actor_timeout_s, self.startup_timeout_s, self.lagged = c.actor_timeout_s, c.startup_timeout_s, lagged
+        self.actor_timeout_s, self.startup_timeout_s = c.actor_timeout_s, c.startup_timeout_s
         self.board = torch.zeros(len(specs), BOARD_COLUMNS, dtype=torch.int64).share_memory_()
         self.halt = torch.zeros(1, dtype=torch.int8).share_memory_()
         self.procs, self.conns = [], []

@@ -33,7 +33,6 @@ from learner.gateway.registry import ActorRegistry
 from learner.collection.collector import Collector
 from learner.collection.inference import Inference
 from learner.collection.shard import Shard
-from learner.rollout.link import SharedLink
 from learner.update.ranks import RankBalancer, joiner_rank
 from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
@@ -157,7 +156,7 @@ class CollectorProcess:
                                redirect=redirect_chain(self.rank_balancer, self.balancer) if spec.index == 0 else None,
                                wake=conn.fileno())  # a command ends the idle pump's wait at once
         policy = Inference(self.model, spec.action_space, device, None, seed=spec.policy_seed,
-                           random_actions=cfg.run.random_policy, value_norm=self.value_norm, link=SharedLink(device))
+                           random_actions=cfg.run.random_policy, value_norm=self.value_norm)
         self.watchdog = Watchdog(Path(spec.run_dir) / log_name(spec.rank),
                                  max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         c = cfg.cluster

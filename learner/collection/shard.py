@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from learner.gateway.registry import MAX_ENV_SLOTS
-from learner.rollout.buffer import PER_STEP, RolloutBuffer
+from learner.rollout.buffer import RolloutBuffer
 
 
 class SharedRows:

@@ -36,10 +36,3 @@ class DeviceLink:
         self.to_host_copies += 1
         return x.numpy() if self.on_cpu else x.cpu().numpy()
 
-
-class SharedLink(DeviceLink):
-    """A collector process's link: its rollout columns live in shared memory, so handing a finished rollout
-    to the training process sends handles, not bytes."""
-
-    def host_tensor(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        return torch.zeros(shape, dtype=dtype).share_memory_()
