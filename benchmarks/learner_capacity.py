@@ -131,9 +131,10 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     groups, actors = 2, args.actors
     num_envs = per_message * groups
     run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}"
+    address = "tcp://127.0.0.1:0" if args.transport == "tcp" else f"ipc://{run_dir}.sock"  # a file: any checkout
     cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", "cpu",
            "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
-           "--set", 'cluster.address="tcp://127.0.0.1:0"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
+           "--set", f'cluster.address="{address}"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
            "--set", f"cluster.min_envs={actors * num_envs}", "--set", f"run.torch_threads={args.torch_threads}"]
     if policy == "random":
         cmd.append("--random-policy")
@@ -154,9 +155,10 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         metrics = run_dir / "metrics.jsonl"
         _wait_for(lambda: len(read_metrics(metrics)) >= 2, args.row_timeout, "two rollouts", proc, run_dir)
         pids = {int(endpoints["pid"])} | {int(c["pid"]) for c in endpoints.get("collectors", [])}
-        a = read_metrics(metrics)[-1], _cpu_ticks(pids)
+        actor_pids = {w.pid for w in workers}
+        a = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids)
         time.sleep(args.seconds)  # the measured window
-        b = read_metrics(metrics)[-1], _cpu_ticks(pids)
+        b = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids)
     finally:
         terminate(proc, 30)
         kill_group(proc.pid)
@@ -169,10 +171,11 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     seconds = b[0]["elapsed_s"] - a[0]["elapsed_s"]
     if steps <= 0 or seconds <= 0:
         raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
-    cpu_s = (b[1] - a[1]) / TICKS
+    cpu_s, actors_s = (b[1] - a[1]) / TICKS, (b[2] - a[2]) / TICKS
     return {"checkout": label, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
             "sps": steps / seconds,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
+            "actor_us_per_step": 1e6 * actors_s / steps, "transport": args.transport,
             "env_steps": steps}
 
 
@@ -181,7 +184,7 @@ def _cpu_ticks(pids: set[int]) -> int:
     for pid in pids:
         stat = proc_stat(pid)
         if stat is None:
-            raise RuntimeError(f"a learner process (pid {pid}) is gone")
+            raise RuntimeError(f"a measured process (pid {pid}) is gone")
         total += stat[4]
     return total
 
@@ -214,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--actors", type=int, default=2, help="synthetic actor processes, 2 groups each (default: 2)")
     p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=1, help="rounds; rows report the median (default: %(default)s)")
+    p.add_argument("--transport", choices=("tcp", "ipc"), default="ipc",
+                   help="the learner's address: a Unix socket file, as the learner's default 'local' on Linux, or "
+                        "tcp on 127.0.0.1 (default: %(default)s)")
     p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
     p.add_argument("--row-timeout", type=float, default=120.0, help="a row without two rollouts by then fails")
     p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
@@ -238,7 +244,7 @@ def main(argv=None) -> int:
                 runs.setdefault((policy, size, k, label), []).append(row)
                 print(f"  {label:<6} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
                       f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
-                      f"({row['learner_cores']:.2f} cores)", flush=True)
+                      f"({row['learner_cores']:.2f} cores; actors {row['actor_us_per_step']:.1f} us)", flush=True)
     print("\n| policy | envs per message | collectors | "
           + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)
           + (" | this / other |" if args.other else " | vs K=1 |"))

@@ -1,10 +1,11 @@
 """The learner's CPU time per env step with real actors, for one checkout or several, one after the other.
 
     python benchmarks/learner_cpu_real_actors.py . /tmp/main-before . /tmp/main-before   # interleaved rounds
+    python benchmarks/learner_cpu_real_actors.py --tcp . .   # over TCP on 127.0.0.1 (--ipc: a socket file)
 
 Each run is `launch.py --collect-only --random-policy --actors 2 --envs-per-actor 32 --groups 2 --device cpu`
-in that checkout; after its first rollout, the learner process's utime + stime (from /proc) over 180k env
-steps, divided by the steps. Prints one JSON line per run. (`learner_capacity.py` measures the same with
+in that checkout, at its default cluster.address; after its first rollout, the learner process's utime +
+stime (from /proc) over 180k env steps, divided by the steps. Prints one JSON line per run. (`learner_capacity.py` measures the same with
 synthetic actors, where the learner is the bottleneck.)
 """
 from __future__ import annotations
@@ -41,11 +42,17 @@ def wait_for(predicate, timeout_s: float, what: str):
     return value
 
 
-def measure(checkout: str) -> dict:
+ADDRESSES = {"tcp": "tcp://127.0.0.1:0", "ipc": "ipc://{run_dir}.sock"}
+
+
+def measure(checkout: str, transport: str = "default") -> dict:
+    """`transport`: default (the checkout's own cluster.address), tcp (127.0.0.1) or ipc (a socket file)."""
     run_dir = Path(tempfile.mkdtemp(prefix="ppo-learner-cpu-")) / "run"
     cmd = [sys.executable, "launch.py", "--collect-only", "--random-policy", "--actors", "2", "--envs-per-actor", "32",
            "--groups", "2", "--device", "cpu", "--total-steps", str(10**12), "--run-dir", str(run_dir),
-           "--set", 'cluster.address="tcp://127.0.0.1:0"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"']
+           "--set", 'cluster.weights_address="tcp://127.0.0.1:0"']
+    if transport != "default":
+        cmd += ["--set", f'cluster.address="{ADDRESSES[transport].format(run_dir=run_dir)}"']
     proc = subprocess.Popen(cmd, cwd=checkout, env={**os.environ, "PYTHONPATH": checkout}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, start_new_session=True)
     metrics = run_dir / "metrics.jsonl"
@@ -56,7 +63,7 @@ def measure(checkout: str) -> dict:
         last = wait_for(lambda: (r := last_row(metrics))["env_steps"] - first["env_steps"] >= STEPS and r,
                         STEPS / 100, f"{STEPS} env steps")
         steps = last["env_steps"] - first["env_steps"]
-        return {"checkout": checkout, "env_steps": steps, "learner_us_per_step": 1e6 * (cpu_s(pid) - cpu0) / steps,
+        return {"checkout": checkout, "transport": transport, "env_steps": steps, "learner_us_per_step": 1e6 * (cpu_s(pid) - cpu0) / steps,
                 "sps": steps / (time.monotonic() - t0)}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -70,5 +77,9 @@ def measure(checkout: str) -> dict:
 
 
 if __name__ == "__main__":
-    for path in sys.argv[1:] or ["."]:
-        print(json.dumps(measure(path)), flush=True)
+    args = sys.argv[1:]
+    transport = "default"
+    if args[:1] in (["--tcp"], ["--ipc"]):
+        transport, args = args[0][2:], args[1:]
+    for path in args or ["."]:
+        print(json.dumps(measure(path, transport)), flush=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from learner.gateway.registry import MAX_ENV_SLOTS
 from protocol.settings import EnvSettings
+from protocol.transport import LOCAL
 
 
 LR_SCHEDULES = ("linear", "constant", "adaptive")
@@ -62,8 +63,8 @@ class ClusterConfig:
     """env groups per actor launch.py starts (--groups): 2 steps one half while the other waits for actions"""
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
-    address: str = "tcp://127.0.0.1:0"
-    """where the learner binds its request socket (tcp:// or ipc://); port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); fix one for actors that join from elsewhere"""
+    address: str = "local"
+    """where the learner binds its request socket: 'local' (this machine only: a Unix socket on Linux, cheaper than TCP), or tcp:// or ipc://; port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); set a tcp one for actors that join from elsewhere"""
     weights_address: str = "tcp://127.0.0.1:0"
     """where the learner publishes weights; port 0 picks a free one"""
     advertise_host: str = ""
@@ -366,9 +367,10 @@ def validate(cfg: Config) -> None:
     _require(1 <= c.envs <= MAX_ENV_SLOTS, f"cluster.envs must be in [1, {MAX_ENV_SLOTS}], got {c.envs}")
     _require(cfg.num_envs <= MAX_ENV_SLOTS, f"cluster.actors x cluster.envs_per_actor = {cfg.num_envs} env slots: "
              f"more than the learner's limit of {MAX_ENV_SLOTS}")
-    for key in ("address", "weights_address"):
-        addr = getattr(c, key)
-        _require(addr.startswith(("tcp://", "ipc://")), f"cluster.{key} must start with tcp:// or ipc://, got {addr!r}")
+    _require(c.address == LOCAL or c.address.startswith(("tcp://", "ipc://")),
+             f"cluster.address must be '{LOCAL}' or start with tcp:// or ipc://, got {c.address!r}")
+    _require(c.weights_address.startswith(("tcp://", "ipc://")),
+             f"cluster.weights_address must start with tcp:// or ipc://, got {c.weights_address!r}")
     _require(c.advertise_host == "" or _is_host(c.advertise_host),
              f"cluster.advertise_host must be a host name or an IP address other actors can reach (not a wildcard "
              f"such as 0.0.0.0), got {c.advertise_host!r}")
@@ -380,7 +382,7 @@ def validate(cfg: Config) -> None:
     if not c.server_key:
         from protocol.security import is_loopback
         for key in ("address", "weights_address"):
-            _require(is_loopback(getattr(c, key)), f"cluster.{key} {getattr(c, key)!r} is beyond loopback: binding "
+            _require(getattr(c, key) == LOCAL or is_loopback(getattr(c, key)), f"cluster.{key} {getattr(c, key)!r} is beyond loopback: binding "
                      "there requires CURVE keys (cluster.server_key, cluster.allowed_keys; see the README)")
     _require(0 <= c.min_envs <= MAX_ENV_SLOTS, f"cluster.min_envs must be in [0, {MAX_ENV_SLOTS}] (the learner's "
              f"limit of env slots), got {c.min_envs}")

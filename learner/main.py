@@ -45,6 +45,7 @@ from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
 from learner.report.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
 from protocol.settings import EnvSettings
+from protocol.transport import local_address
 
 log = logging.getLogger("learner")
 PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
@@ -277,7 +278,8 @@ class Learner:
                 self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
                 self.curve.start_authenticator(self.ctx)
         run_id = uuid.uuid4().hex[:12]
-        address, weights_address = (rank_address(a, ranks.rank) for a in (cfg.cluster.address, cfg.cluster.weights_address))
+        address, weights_address = (rank_address(local_address(a), ranks.rank)
+                                    for a in (cfg.cluster.address, cfg.cluster.weights_address))
         k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
                                cfg.normalize.obs)
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
