@@ -11,7 +11,10 @@ report replayed from frames recorded from the real env (one env is built per act
 An actor's cost per message is a receive, a decode and a send of pre-encoded frames, so even on 2 cores the
 learner is the bottleneck. Per row it prints the learner's agent steps/s (from metrics.jsonl) and the
 learner process's CPU microseconds per env step (utime + stime from /proc over the measured window; with
-cluster.collectors = K > 1, the training process's and its K collector processes' together).
+cluster.collectors = K > 1, the training process's and its K collector processes' together), and the
+synthetic actors' beside it: on a small machine the two together are what the cores can give. The learner
+listens on a Unix socket file, as the default cluster.address 'local' does on Linux (`--transport tcp`: on
+127.0.0.1).
 
 `--other PATH` runs every row a second time against the checkout at PATH (e.g. `git worktree add
 /tmp/main-before <commit>`), right after this checkout's, so before and after are measured side by side
@@ -155,10 +158,10 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         metrics = run_dir / "metrics.jsonl"
         _wait_for(lambda: len(read_metrics(metrics)) >= 2, args.row_timeout, "two rollouts", proc, run_dir)
         pids = {int(endpoints["pid"])} | {int(c["pid"]) for c in endpoints.get("collectors", [])}
-        actor_pids = {w.pid for w in workers}
-        a = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids)
+        actor_pids, trainer = {w.pid for w in workers}, {int(endpoints["pid"])}
+        a = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
         time.sleep(args.seconds)  # the measured window
-        b = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids)
+        b = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
     finally:
         terminate(proc, 30)
         kill_group(proc.pid)
@@ -171,11 +174,12 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     seconds = b[0]["elapsed_s"] - a[0]["elapsed_s"]
     if steps <= 0 or seconds <= 0:
         raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
-    cpu_s, actors_s = (b[1] - a[1]) / TICKS, (b[2] - a[2]) / TICKS
+    cpu_s, actors_s, trainer_s = ((b[i] - a[i]) / TICKS for i in (1, 2, 3))
     return {"checkout": label, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
             "sps": steps / seconds,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
-            "actor_us_per_step": 1e6 * actors_s / steps, "transport": args.transport,
+            "actor_us_per_step": 1e6 * actors_s / steps, "training_process_us_per_step": 1e6 * trainer_s / steps,
+            "transport": args.transport,
             "env_steps": steps}
 
 
@@ -244,7 +248,8 @@ def main(argv=None) -> int:
                 runs.setdefault((policy, size, k, label), []).append(row)
                 print(f"  {label:<6} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
                       f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
-                      f"({row['learner_cores']:.2f} cores; actors {row['actor_us_per_step']:.1f} us)", flush=True)
+                      f"({row['learner_cores']:.2f} cores; of it the training process {row['training_process_us_per_step']:.1f} us; "
+                      f"synthetic actors {row['actor_us_per_step']:.1f} us)", flush=True)
     print("\n| policy | envs per message | collectors | "
           + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)
           + (" | this / other |" if args.other else " | vs K=1 |"))
