@@ -382,7 +382,8 @@ def validate(cfg: Config) -> None:
     if not c.server_key:
         from protocol.security import is_loopback
         for key in ("address", "weights_address"):
-            _require(getattr(c, key) == LOCAL or is_loopback(getattr(c, key)), f"cluster.{key} {getattr(c, key)!r} is beyond loopback: binding "
+            addr = getattr(c, key)
+            _require(addr == LOCAL or is_loopback(addr), f"cluster.{key} {addr!r} is beyond loopback: binding "
                      "there requires CURVE keys (cluster.server_key, cluster.allowed_keys; see the README)")
     _require(0 <= c.min_envs <= MAX_ENV_SLOTS, f"cluster.min_envs must be in [0, {MAX_ENV_SLOTS}] (the learner's "
              f"limit of env slots), got {c.min_envs}")
