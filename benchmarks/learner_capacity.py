@@ -4,6 +4,7 @@
     python benchmarks/learner_capacity.py --policy network        # the CNN too (on CPU it dominates)
     python benchmarks/learner_capacity.py --other /tmp/main-before  # the same load on another checkout, interleaved
     python benchmarks/learner_capacity.py --collectors 1,2,4 --actors 4  # K collector processes, side by side
+    python benchmarks/learner_capacity.py --device cuda --policy network --collectors 1,2,4 --actors 16  # a GPU box
 
 Synthetic actors (processes of this script) hand-shake with a real learner (`launch.py --actors 0
 --collect-only`) over the real protocol and sockets, then answer every Actions message at once with a step
@@ -135,7 +136,7 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     num_envs = per_message * groups
     run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}"
     address = "tcp://127.0.0.1:0" if args.transport == "tcp" else f"ipc://{run_dir}.sock"  # a file: any checkout
-    cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", "cpu",
+    cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", args.device,
            "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
            "--set", f'cluster.address="{address}"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
            "--set", f"cluster.min_envs={actors * num_envs}", "--set", f"run.torch_threads={args.torch_threads}"]
@@ -176,10 +177,9 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
     cpu_s, actors_s, trainer_s = ((b[i] - a[i]) / TICKS for i in (1, 2, 3))
     return {"checkout": label, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
-            "sps": steps / seconds,
+            "device": args.device, "transport": args.transport, "sps": steps / seconds,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "actor_us_per_step": 1e6 * actors_s / steps, "training_process_us_per_step": 1e6 * trainer_s / steps,
-            "transport": args.transport,
             "env_steps": steps}
 
 
@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--actors", type=int, default=2, help="synthetic actor processes, 2 groups each (default: 2)")
     p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=1, help="rounds; rows report the median (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda (default: %(default)s)")
     p.add_argument("--transport", choices=("tcp", "ipc"), default="ipc",
                    help="the learner's address: a Unix socket file, as the learner's default 'local' on Linux, or "
                         "tcp on 127.0.0.1 (default: %(default)s)")
