@@ -62,7 +62,11 @@ def test_kill_actor_mid_rollout_training_goes_on_and_it_is_restarted(tmp_path):
         victim = json.loads((run_dir / "processes.json").read_text())["actors"]["0"]
         os.kill(victim, signal.SIGKILL)
         killed_at = metrics(run_dir)[-1]["update"]
-        rejoined = wait_for(lambda: [r for r in metrics(run_dir) if r["update"] > killed_at and r["actors"] == 2
+        # rollouts whose reports all came in before the kill still end with 2 actors: the one that found it
+        # gone says so, and the restarted actor is in a rollout after that one
+        left_at = wait_for(lambda: [r["update"] for r in metrics(run_dir) if r["update"] > killed_at
+                                    and any("actor-0 left" in e for e in r["events"])], 90, "actor-0 leaving", proc)[0]
+        rejoined = wait_for(lambda: [r for r in metrics(run_dir) if r["update"] > left_at and r["actors"] == 2
                                      and r["env_slots"] == 4], 90, "the restarted actor back in a rollout", proc)
         after = [r for r in metrics(run_dir) if killed_at < r["update"] <= rejoined[0]["update"]]
         left = [e for r in after for e in r["events"] if "left" in e]

@@ -5,6 +5,7 @@ import datetime
 import json
 import multiprocessing as mp
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -61,11 +62,19 @@ def _worker(rank: int, store: str, out_dir: str) -> None:
         with open(f"{out_dir}/checksum_{rank}", "w") as f:
             f.write(checksum(net))
     finally:
-        dist.barrier()  # both ranks done before the group is torn down
-        dist.destroy_process_group()
+        _tear_down(rank, out_dir)
+
+
+def _tear_down(rank: int, out_dir: str) -> None:
+    dist.barrier()  # both ranks done before the group is torn down
+    Path(out_dir, f"met_{rank}").touch()  # past the last collective: whatever follows is gloo's teardown
+    dist.destroy_process_group()
 
 
 def _spawn(target, tmp_path, timeout_s: float = 120) -> list[int]:
+    """The ranks' exit codes. A rank that met the other at the end and then died of SIGABRT counts as 0: gloo's
+    I/O thread can throw an uncaught IoException ("Connection closed by peer") when the peer tears the group
+    down first (e.g. github.com/horovod/horovod/issues/2907); seen twice in CI, never before the last barrier."""
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=target, args=(r, str(tmp_path / "store"), str(tmp_path))) for r in range(2)]
     for p in procs:
@@ -78,7 +87,8 @@ def _spawn(target, tmp_path, timeout_s: float = 120) -> list[int]:
             if p.is_alive():
                 p.kill()
                 p.join()
-    return [p.exitcode for p in procs]
+    return [0 if p.exitcode == -signal.SIGABRT and (tmp_path / f"met_{r}").exists() else p.exitcode
+            for r, p in enumerate(procs)]
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +146,7 @@ def _stats_worker(rank: int, store: str, out_dir: str) -> None:
         with open(f"{out_dir}/stats_{rank}.json", "w") as f:
             json.dump({"ev": float(ev), **stats}, f)
     finally:
-        dist.barrier()
-        dist.destroy_process_group()
+        _tear_down(rank, out_dir)
 
 
 def test_explained_variance_and_first_minibatch_statistics_are_the_jobs(tmp_path):
