@@ -405,6 +405,70 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_rounds(repeat: int, wanted: list[str], makers: dict, n: int, runs: dict, result: dict) -> None:
+    """Every wanted row, in ROWS order, `repeat` times: each run appended to runs[row]; a row that fails is
+    reported in result["errors"] and the next rows still run."""
+    for _ in range(repeat):
+        for key in ROWS:
+            if key not in wanted:
+                continue
+            try:
+                row = with_background(makers[key], n)
+            except RowFailed as exc:
+                print(f"  error: {exc}", file=sys.stderr, flush=True)
+                result.setdefault("errors", []).append(str(exc))
+                continue
+            runs.setdefault(key, []).append(row)
+            print(f"  {key:<16} {row['sps']:>9,.0f} agent steps/s  ({row['procs']} procs, {row['envs']} envs, "
+                  f"{row['cores_used']:.2f} cores used; other load {row['other_load_cores']:.2f} cores)", flush=True)
+
+
+def run_sweep(n: int, makers: dict, rows: dict, result: dict) -> None:
+    """ceiling and collect-random for 1, 2, 4, ... n actor processes (n's from the rows already run)."""
+    for k in sweep_sizes(n):
+        try:
+            c = rows["ceiling"] if k == n and "ceiling" in rows else with_background(makers["ceiling"], k)
+            s = (rows["collect-random"] if k == n and "collect-random" in rows
+                 else with_background(makers["collect-random"], k))
+        except RowFailed as exc:
+            print(f"  error: sweep N={k}: {exc}", file=sys.stderr, flush=True)
+            result.setdefault("errors", []).append(f"sweep N={k}: {exc}")
+            continue
+        result["sweep"].append({"n": k, "ceiling": c["sps"], "collect_random": s["sps"],
+                                "ratio": s["sps"] / c["sps"] if c["sps"] else None,
+                                "cpu_ratio": cpu_ratio(s, c),
+                                "other_load_cores": [c["other_load_cores"], s["other_load_cores"]]})
+        print(f"  sweep N={k:<3} ceiling {c['sps']:>9,.0f}  collect-random {s['sps']:>9,.0f}  "
+              f"({100 * s['sps'] / c['sps']:.0f}%)", flush=True)
+
+
+def stop_children(tmp: Path, keep_runs: bool) -> None:
+    for child in list(_CHILDREN):
+        if isinstance(child, subprocess.Popen):
+            _stop_launch(child)
+        else:
+            kill_tree(child.pid)
+    if not keep_runs:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+RATIO_PAIRS = {"collect-random / ceiling": ("collect-random", "ceiling"),
+               "collect-network / asyncvec": ("collect-network", "asyncvec"),
+               "training / ceiling": ("training", "ceiling"),
+               "collect-network / ceiling": ("collect-network", "ceiling"),
+               "asyncvec / ceiling": ("asyncvec", "ceiling")}
+
+
+def add_ratios(runs: dict, result: dict) -> None:
+    """Each pair's ratio per round (the two rows ran minutes apart at most), then the median of the rounds."""
+    for name, (a, b) in RATIO_PAIRS.items():
+        per_round = [x for x in map(ratio, runs.get(a, []), runs.get(b, [])) if x is not None]
+        result["ratios"][name] = statistics.median(per_round) if per_round else None
+        per_round = [x for x in map(cpu_ratio, runs.get(a, []), runs.get(b, [])) if x is not None]
+        result["cpu_ratios"][name] = statistics.median(per_round) if per_round else None
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.launch_set = [x for s in args.launch_set for x in ("--set", s)]
@@ -434,58 +498,16 @@ def main(argv=None) -> int:
     try:
         print(f"throughput: {args.env}, N={n} x E={e} (groups {args.groups}), {seconds:g}s per row, "
               f"{args.repeat} round(s), load {os.getloadavg()[0]:.2f}; run dirs in {tmp}", flush=True)
-        for rnd in range(args.repeat):
-            for key in ROWS:
-                if key in wanted:
-                    try:
-                        row = with_background(makers[key], n)
-                    except RowFailed as exc:
-                        print(f"  error: {exc}", file=sys.stderr, flush=True)
-                        result.setdefault("errors", []).append(str(exc))
-                        continue
-                    runs.setdefault(key, []).append(row)
-                    print(f"  {key:<16} {row['sps']:>9,.0f} agent steps/s  ({row['procs']} procs, {row['envs']} envs, "
-                          f"{row['cores_used']:.2f} cores used; other load {row['other_load_cores']:.2f} cores)",
-                          flush=True)
+        run_rounds(args.repeat, wanted, makers, n, runs, result)
         rows.update({key: median_run(rs) for key, rs in runs.items()})
         if sweep:
-            for k in sweep_sizes(n):
-                try:
-                    c = rows["ceiling"] if k == n and "ceiling" in rows else with_background(makers["ceiling"], k)
-                    s = (rows["collect-random"] if k == n and "collect-random" in rows
-                         else with_background(makers["collect-random"], k))
-                except RowFailed as exc:
-                    print(f"  error: sweep N={k}: {exc}", file=sys.stderr, flush=True)
-                    result.setdefault("errors", []).append(f"sweep N={k}: {exc}")
-                    continue
-                result["sweep"].append({"n": k, "ceiling": c["sps"], "collect_random": s["sps"],
-                                        "ratio": s["sps"] / c["sps"] if c["sps"] else None,
-                                        "cpu_ratio": cpu_ratio(s, c),
-                                        "other_load_cores": [c["other_load_cores"], s["other_load_cores"]]})
-                print(f"  sweep N={k:<3} ceiling {c['sps']:>9,.0f}  collect-random {s['sps']:>9,.0f}  "
-                      f"({100 * s['sps'] / c['sps']:.0f}%)", flush=True)
+            run_sweep(n, makers, rows, result)
     except KeyboardInterrupt:
         print("interrupted: stopping every child process", file=sys.stderr)
         return 130
     finally:
-        for child in list(_CHILDREN):
-            if isinstance(child, subprocess.Popen):
-                _stop_launch(child)
-            else:
-                kill_tree(child.pid)
-        if not args.keep_runs:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
-    pairs = {"collect-random / ceiling": ("collect-random", "ceiling"),
-             "collect-network / asyncvec": ("collect-network", "asyncvec"),
-             "training / ceiling": ("training", "ceiling"),
-             "collect-network / ceiling": ("collect-network", "ceiling"),
-             "asyncvec / ceiling": ("asyncvec", "ceiling")}
-    for name, (a, b) in pairs.items():  # per round (the two rows ran minutes apart at most), then the median
-        per_round = [x for x in map(ratio, runs.get(a, []), runs.get(b, [])) if x is not None]
-        result["ratios"][name] = statistics.median(per_round) if per_round else None
-        per_round = [x for x in map(cpu_ratio, runs.get(a, []), runs.get(b, [])) if x is not None]
-        result["cpu_ratios"][name] = statistics.median(per_round) if per_round else None
+        stop_children(tmp, args.keep_runs)
+    add_ratios(runs, result)
     if "training" in rows:
         t = rows["training"]
         result["memory"] = {"actor_rss_mb_max": t["actor_rss_mb_max"], "actor_rss_mb_mean": t["actor_rss_mb_mean"],
