@@ -179,11 +179,9 @@ def test_explained_variance_and_first_minibatch_statistics_are_the_jobs(tmp_path
 def _silent_peer_worker(rank: int, store: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=120))  # the group's own timeout: far away
-    done = Path(out_dir) / "done"
-    if rank == 1:  # alive and connected, but never joins the collective
-        deadline = time.monotonic() + 100
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+    store = dist.distributed_c10d._get_default_store()  # the rendezvous store, beside the group's own sockets
+    if rank == 1:  # alive and connected, but never joins the collective: it waits (100 s at most) for rank 0
+        store.wait(["done"], datetime.timedelta(seconds=100))
         os._exit(0)
     t0 = time.monotonic()
     try:
@@ -192,7 +190,7 @@ def _silent_peer_worker(rank: int, store: str, out_dir: str) -> None:
     except RanksLost as exc:
         result = str(exc)
     (Path(out_dir) / "result.json").write_text(json.dumps({"error": result, "after_s": time.monotonic() - t0}))
-    done.write_text("")
+    store.set("done", "1")
     os._exit(0)
 
 
