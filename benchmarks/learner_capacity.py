@@ -249,7 +249,8 @@ def main(argv=None) -> int:
                 runs.setdefault((policy, size, k, label), []).append(row)
                 print(f"  {label:<6} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
                       f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
-                      f"({row['learner_cores']:.2f} cores; of it the training process {row['training_process_us_per_step']:.1f} us; "
+                      f"({row['learner_cores']:.2f} cores; of it the training process "
+                      f"{row['training_process_us_per_step']:.1f} us; "
                       f"synthetic actors {row['actor_us_per_step']:.1f} us)", flush=True)
     print("\n| policy | envs per message | collectors | "
           + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)

@@ -5,8 +5,8 @@
 
 Each run is `launch.py --collect-only --random-policy --actors 2 --envs-per-actor 32 --groups 2 --device cpu`
 in that checkout, at its default cluster.address; after its first rollout, the learner process's utime +
-stime (from /proc) over 180k env steps, divided by the steps. Prints one JSON line per run. (`learner_capacity.py` measures the same with
-synthetic actors, where the learner is the bottleneck.)
+stime (from /proc) over 180k env steps, divided by the steps. Prints one JSON line per run.
+(`learner_capacity.py` measures the same with synthetic actors, where the learner is the bottleneck.)
 """
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def measure(checkout: str, transport: str = "default") -> dict:
         last = wait_for(lambda: (r := last_row(metrics))["env_steps"] - first["env_steps"] >= STEPS and r,
                         STEPS / 100, f"{STEPS} env steps")
         steps = last["env_steps"] - first["env_steps"]
-        return {"checkout": checkout, "transport": transport, "env_steps": steps, "learner_us_per_step": 1e6 * (cpu_s(pid) - cpu0) / steps,
-                "sps": steps / (time.monotonic() - t0)}
+        return {"checkout": checkout, "transport": transport, "env_steps": steps,
+                "learner_us_per_step": 1e6 * (cpu_s(pid) - cpu0) / steps, "sps": steps / (time.monotonic() - t0)}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
