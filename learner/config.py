@@ -19,6 +19,7 @@ from protocol.transport import LOCAL
 
 
 LR_SCHEDULES = ("linear", "constant", "adaptive")
+ACTIVATIONS = ("relu", "elu")
 
 
 class ConfigError(ValueError):
@@ -102,11 +103,13 @@ class PPOConfig:
     learning_rate: float = 2.5e-4
     """Adam learning rate at the start"""
     lr_schedule: str = "linear"
-    """linear: `lr0 * (1 - env_steps_done / total_steps)` (CleanRL) | constant | adaptive: after every minibatch lr / 1.5 when its approx_kl (averaged over ranks) > 2 x lr_kl_threshold, x 1.5 when < lr_kl_threshold / 2, within [lr_min, lr_max] (rl_games)"""
+    """linear: `lr0 * (1 - env_steps_done / total_steps)` (CleanRL) | constant | adaptive: after every epoch (or minibatch, lr_adapt_every) lr / 1.5 when its approx_kl (averaged over ranks and the epoch's minibatches) > 2 x lr_kl_threshold, x 1.5 when < lr_kl_threshold / 2, within [lr_min, lr_max] (rl_games)"""
     anneal_lr: bool = True
     """CleanRL's switch, kept for old configs: false turns lr_schedule linear into constant"""
     lr_kl_threshold: float = 0.008
     """adaptive schedule: the KL the learning rate is steered towards (rl_games' kl_threshold)"""
+    lr_adapt_every: str = "epoch"
+    """adaptive schedule: apply the rule after each epoch on its mean KL (rl_games' discrete PPO) | minibatch (rl_games' continuous default)"""
     lr_min: float = 1e-6
     """adaptive schedule: lowest learning rate"""
     lr_max: float = 1e-2
@@ -145,6 +148,8 @@ class ModelConfig:
     """auto (cnn for images, mlp for vectors) | cnn | mlp"""
     hidden: int = 64
     """mlp: width of each of the two tanh layers"""
+    activation: str = "relu"
+    """cnn: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
 
 
 @dataclass
@@ -404,6 +409,8 @@ def validate(cfg: Config) -> None:
     _require(p.lr_schedule != "adaptive" or p.lr_min <= p.learning_rate <= p.lr_max,
              f"ppo.learning_rate {p.learning_rate} must lie in [ppo.lr_min, ppo.lr_max] = [{p.lr_min}, {p.lr_max}] "
              "with lr_schedule adaptive")
+    _require(p.lr_adapt_every in ("epoch", "minibatch"),
+             f"ppo.lr_adapt_every must be epoch or minibatch, got {p.lr_adapt_every!r}")
     _require(p.lr_kl_threshold > 0, f"ppo.lr_kl_threshold must be > 0, got {p.lr_kl_threshold}")
     _require(p.adam_eps > 0, f"ppo.adam_eps must be > 0, got {p.adam_eps}")
     _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
@@ -415,6 +422,8 @@ def validate(cfg: Config) -> None:
     _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
     _require(p.kl_beta > 0, f"ppo.kl_beta must be > 0, got {p.kl_beta}")
     _require(cfg.model.kind in ("auto", "cnn", "mlp"), f"model.kind must be auto, cnn or mlp, got {cfg.model.kind!r}")
+    _require(cfg.model.activation in ACTIVATIONS,
+             f"model.activation must be relu or elu, got {cfg.model.activation!r}")
     _require(cfg.model.hidden >= 1, f"model.hidden must be >= 1, got {cfg.model.hidden}")
     _require(not (cfg.normalize.value and r.policy_lag), "normalize.value is not supported with run.policy_lag = 1 "
              "(the lagged policy's value head would be read with the newer statistics): set one of them off")

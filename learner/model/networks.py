@@ -18,6 +18,7 @@ HIDDEN_GAIN = math.sqrt(2)
 POLICY_GAIN = 0.01  # near-uniform initial policy
 VALUE_GAIN = 1.0
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+ACTIVATION_LAYERS = {"relu": nn.ReLU, "elu": nn.ELU}
 
 
 def layer_init(layer: nn.Module, gain: float, bias: float = 0.0) -> nn.Module:
@@ -116,18 +117,20 @@ def _make_head(in_dim: int, action_space: SpaceSpec) -> CategoricalHead | Gaussi
 class NatureCNN(ActorCritic):
     """Shared conv trunk for (C, H, W) images; uint8 pixels are scaled to [0, 1] here, not on the wire."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], action_space: SpaceSpec, scale: float = 1 / 255):
+    def __init__(self, obs_shape: tuple[int, int, int], action_space: SpaceSpec, scale: float = 1 / 255,
+                 activation: str = "relu"):
         super().__init__()
         self.scale = scale
+        act = ACTIVATION_LAYERS[activation]  # elu cannot die at the high rates the adaptive schedule may reach
         convs = nn.Sequential(
-            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4), HIDDEN_GAIN), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2), HIDDEN_GAIN), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1), HIDDEN_GAIN), nn.ReLU(),
+            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4), HIDDEN_GAIN), act(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2), HIDDEN_GAIN), act(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1), HIDDEN_GAIN), act(),
             nn.Flatten(),
         )
         with torch.no_grad():  # flatten size depends on the resolution
             flat = convs(torch.zeros(1, *obs_shape)).shape[1]
-        self.trunk = nn.Sequential(convs, layer_init(nn.Linear(flat, 512), HIDDEN_GAIN), nn.ReLU())
+        self.trunk = nn.Sequential(convs, layer_init(nn.Linear(flat, 512), HIDDEN_GAIN), act())
         self.head = _make_head(512, action_space)
         self.critic = layer_init(nn.Linear(512, 1), VALUE_GAIN)
         # channels-last (NHWC) convs: the same function, and oneDNN's CPU kernels for these shapes run the
@@ -185,7 +188,7 @@ def build_model(obs_space: SpaceSpec, action_space: SpaceSpec, cfg: ModelConfig)
             raise ValueError(f"unsupported observation space {obs_space} for model.kind='cnn': need (C, H, W)")
         scale = 1 / 255 if np.dtype(obs_space.dtype) == np.uint8 else 1.0
         try:
-            return NatureCNN(shape, action_space, scale=scale)
+            return NatureCNN(shape, action_space, scale=scale, activation=cfg.activation)
         except RuntimeError as exc:  # a resolution too small for the 8x8/4, 4x4/2, 3x3/1 convs
             raise ValueError(f"unsupported observation space {obs_space} for the Nature CNN: {exc}") from None
     if kind == "mlp":

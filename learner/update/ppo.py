@@ -71,7 +71,7 @@ def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
 
 
 def adaptive_lr(lr: float, kl: float, threshold: float, lr_min: float, lr_max: float) -> float:
-    """rl_games' KL-adaptive rule, applied after every minibatch: divide by 1.5 when the KL exceeds twice
+    """rl_games' KL-adaptive rule (applied after every epoch or minibatch, ppo.lr_adapt_every): divide by 1.5 when the KL exceeds twice
     the threshold, multiply by 1.5 when it is under half of it, and stay within [lr_min, lr_max]."""
     if kl > 2.0 * threshold:
         lr = lr / 1.5
@@ -141,9 +141,10 @@ class PPOUpdater:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def _adapt_lr(self, weighted_kl: torch.Tensor) -> None:
-        """Adaptive schedule, after a minibatch: the job's KL (this rank's weight x KL, summed over ranks)."""
-        kl = float(self.ranks.sum_tensor(weighted_kl.double().reshape(1))[0])
+    def _adapt_lr(self, weighted_kl: torch.Tensor, minibatches: int) -> None:
+        """Adaptive schedule, after an epoch or a minibatch: the job's mean KL over those minibatches (this
+        rank's weight x KL summed over them, then over the ranks, / minibatches)."""
+        kl = float(self.ranks.sum_tensor(weighted_kl.double().reshape(1))[0]) / max(minibatches, 1)
         p = self.cfg
         self.lr = adaptive_lr(self.lr, kl, p.lr_kl_threshold, p.lr_min, p.lr_max)
         self._set_lr(self.lr)
@@ -182,7 +183,8 @@ class PPOUpdater:
         for epoch in range(cfg.update_epochs):
             perm_device = generator.device if generator is not None else obs.device
             perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)
-            last = totals.new_zeros(())
+            last = epoch_kl = totals.new_zeros(())
+            epoch_minibatches = 0
             for i, idx in enumerate(torch.tensor_split(perm, cfg.num_minibatches)):
                 job_size = sum(_split_sizes(c, cfg.num_minibatches)[i] for c in counts)
                 if job_size == 0:  # fewer samples than minibatches, on every rank
@@ -191,9 +193,13 @@ class PPOUpdater:
                 stats = self._step(batch, idx, weight, first if minibatches == 0 else None)
                 totals += weight * torch.stack([stats[k].double() for k in keys])
                 last = weight * stats["approx_kl"]
+                epoch_kl = epoch_kl + last
                 minibatches += 1
-                if self.schedule == "adaptive":
-                    self._adapt_lr(last)
+                epoch_minibatches += 1
+                if self.schedule == "adaptive" and cfg.lr_adapt_every == "minibatch":
+                    self._adapt_lr(last, 1)
+            if self.schedule == "adaptive" and cfg.lr_adapt_every == "epoch" and epoch_minibatches:
+                self._adapt_lr(epoch_kl, epoch_minibatches)  # rl_games' discrete PPO: the epoch's mean KL
             epochs_run = epoch + 1
             if cfg.target_kl > 0 and self.ranks.sum([float(last)])[0] > cfg.target_kl:  # decided jointly
                 break

@@ -46,6 +46,22 @@ def test_cnn_scales_pixels_inside():
     torch.testing.assert_close(model.value(obs), expected)
 
 
+@pytest.mark.parametrize("activation,layer", [("relu", torch.nn.ReLU), ("elu", torch.nn.ELU)])
+def test_cnn_activation_is_the_configured_one_in_every_hidden_layer(activation, layer):
+    model = build_model(IMAGE, DISCRETE, ModelConfig(activation=activation))
+    acts = [m for m in model.trunk.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.ELU))]
+    assert len(acts) == 4 and all(type(m) is layer for m in acts)
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    hidden = model.trunk(obs.float() / 255)  # the 512 features go below 0 only with elu
+    assert bool((hidden < 0).any()) == (activation == "elu")
+
+
+def test_activation_is_validated():
+    from learner.config import ConfigError, from_dict
+    with pytest.raises(ConfigError, match="model.activation must be relu or elu, got 'tanh'"):
+        from_dict({"model": {"activation": "tanh"}})
+
+
 def test_mlp_shapes_box():
     model = build_model(VECTOR, BOX3, ModelConfig(hidden=32))
     assert isinstance(model, MLPActorCritic)

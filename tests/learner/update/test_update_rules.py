@@ -54,6 +54,7 @@ def test_default_schedule_is_cleanrls_linear_and_anneal_lr_still_switches_it_off
     ({"lr_schedule": "cosine"}, "ppo.lr_schedule must be linear, constant or adaptive"),
     ({"lr_min": 1e-2, "lr_max": 1e-3}, "ppo.lr_min and ppo.lr_max"),
     ({"lr_kl_threshold": 0.0}, "ppo.lr_kl_threshold must be > 0"),
+    ({"lr_adapt_every": "update"}, "ppo.lr_adapt_every must be epoch or minibatch"),
     ({"lr_schedule": "adaptive", "learning_rate": 0.5}, "must lie in"),
 ])
 def test_schedule_keys_are_validated(table, match):
@@ -67,18 +68,21 @@ def test_value_normalization_refused_with_policy_lag():
     assert isinstance(from_dict({"normalize": {"value": True}}), Config)
 
 
-def test_adaptive_lr_grows_by_1_5_per_minibatch_up_to_lr_max():
-    """Threshold 1e3: every minibatch's KL is far below half of it, so the rate goes x1.5 eight times."""
+@pytest.mark.parametrize("every,steps", [("minibatch", 8), ("epoch", 2)])
+def test_adaptive_lr_grows_by_1_5_per_step_of_the_rule_up_to_lr_max(every, steps):
+    """Threshold 1e3: every KL is far below half of it, so the rate goes x1.5 once per minibatch (8 of them)
+    or once per epoch (2, rl_games' discrete PPO)."""
     model = make_model()
     cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=1e3, lr_max=1.0,
-                    update_epochs=2, num_minibatches=4)
+                    update_epochs=2, num_minibatches=4, lr_adapt_every=every)
     updater = PPOUpdater(model, cfg, "cpu")
     stats = updater.update(make_batch(model), progress=0.7)  # progress plays no part
-    assert updater.lr == pytest.approx(1e-4 * 1.5 ** 8, rel=1e-12)
-    assert stats["learning_rate"] == pytest.approx(1e-4 * 1.5 ** 8, rel=1e-12)
-    assert updater.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4 * 1.5 ** 8, rel=1e-12)
+    assert updater.lr == pytest.approx(1e-4 * 1.5 ** steps, rel=1e-12)
+    assert stats["learning_rate"] == pytest.approx(1e-4 * 1.5 ** steps, rel=1e-12)
+    assert updater.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4 * 1.5 ** steps, rel=1e-12)
     capped = PPOUpdater(make_model(), PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=1e3,
-                                                lr_max=2e-3, update_epochs=2, num_minibatches=4), "cpu")
+                                                lr_max=2e-3, update_epochs=2, num_minibatches=4,
+                                                lr_adapt_every=every), "cpu")
     capped.update(make_batch(capped.model), progress=0.0)
     assert capped.lr == pytest.approx(2e-3)  # 1.5e-3, then 2.25e-3 clamped
 
@@ -88,7 +92,8 @@ def test_adaptive_lr_follows_the_job_wide_kl_of_each_minibatch():
     rate is the hand fold of the rule over the job's KLs, minibatch after minibatch."""
     model = make_model()
     ranks = OtherRankKL(extra=1.0)
-    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=0.01, update_epochs=2, num_minibatches=4)
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=0.01, update_epochs=2, num_minibatches=4,
+                    lr_adapt_every="minibatch")
     updater = PPOUpdater(model, cfg, "cpu", ranks)
     updater.update(make_batch(model), progress=0.0)
     assert len(ranks.kls) == 8 and all(kl > 0.02 for kl in ranks.kls)
@@ -97,12 +102,43 @@ def test_adaptive_lr_follows_the_job_wide_kl_of_each_minibatch():
     model = make_model()
     ranks = OtherRankKL(extra=0.0)
     updater = PPOUpdater(model, PPOConfig(lr_schedule="adaptive", learning_rate=0.05, lr_kl_threshold=0.004,
-                                          update_epochs=3, num_minibatches=4), "cpu", ranks)
+                                          update_epochs=3, num_minibatches=4, lr_adapt_every="minibatch"), "cpu", ranks)
     updater.update(make_batch(model), progress=0.0)
     lr = 0.05
     for kl in ranks.kls:
         lr = min(max(lr * 1.5 if kl < 0.002 else lr / 1.5 if kl > 0.008 else lr, 1e-6), 1e-2)
     assert updater.lr == pytest.approx(lr, rel=1e-12)
+
+
+class EpochKLs(Ranks):
+    """Records each epoch's summed KL as the ranks' all-reduce sees it (one [1] tensor per epoch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sums = []
+
+    def sum_tensor(self, t):
+        if t.shape == (1,):
+            self.sums.append(float(t[0]))
+        return t
+
+
+def test_adaptive_lr_per_epoch_folds_the_rule_over_each_epochs_mean_kl():
+    """rl_games' discrete PPO: the rule runs once per epoch, on the mean of that epoch's minibatch KLs (each
+    measured before its step, so an epoch's first KL of the update is 0)."""
+    model = make_model()
+    ranks = EpochKLs()
+    updater = PPOUpdater(model, PPOConfig(lr_schedule="adaptive", learning_rate=0.05, lr_kl_threshold=0.004,
+                                          update_epochs=3, num_minibatches=4), "cpu", ranks)
+    stats = updater.update(make_batch(model), progress=0.0)
+    assert len(ranks.sums) == 3
+    lr = 0.05
+    for total in ranks.sums:
+        kl = total / 4
+        lr = min(max(lr * 1.5 if kl < 0.002 else lr / 1.5 if kl > 0.008 else lr, 1e-6), 1e-2)
+    assert updater.lr == pytest.approx(lr, rel=1e-12)
+    # the three epochs' means average to the update's reported approx_kl (equal-sized minibatches)
+    assert sum(ranks.sums) / 12 == pytest.approx(stats["approx_kl"], rel=1e-9)
 
 
 def test_adaptive_lr_is_checkpointed():
@@ -112,7 +148,7 @@ def test_adaptive_lr_is_checkpointed():
     updater.update(make_batch(model), progress=0.0)
     other = PPOUpdater(make_model(), cfg, "cpu")
     other.load_state_dict(updater.state_dict())
-    assert other.lr == updater.lr == pytest.approx(1e-4 * 1.5 ** 4)
+    assert other.lr == updater.lr == pytest.approx(1e-4 * 1.5)  # one epoch: one step of the rule
     assert other.learning_rate(0.0) == updater.lr
     old = updater.state_dict()
     del old["learning_rate"]  # a checkpoint from before the schedule existed: the configured rate

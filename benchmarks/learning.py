@@ -1,0 +1,216 @@
+"""Learning benchmark: train a recipe to a target mean return or a step budget, then publish the result.
+
+    python benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 2000000 --seed 1 \\
+        -- --device cpu --actors 2 --envs-per-actor 32 --groups 2 --set ppo.num_steps=128
+    python benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 2000000 --resume RUN_DIR
+
+What it does, in order:
+1. Runs `python launch.py --config RECIPE --seed S --total-steps MAX_STEPS ARGS...` (or `--resume RUN_DIR`: the
+   run's own config, to the same budget) and follows RUN_DIR/metrics.jsonl. The return is the mean raw game
+   score of the last 100 training games (the README's definition); the target counts as held from the first
+   update whose window is full (100 games) and whose mean is >= TARGET. The run then stops (Ctrl-C: a final
+   checkpoint, every process ends) unless --keep-going, or ends at the budget.
+2. Evaluates RUN_DIR/checkpoints/best.pt (the best smoothed return seen) over --eval-episodes full games
+   with `python -m learner.evaluate`.
+3. Writes docs/results/<date>-<hardware>-<recipe>-seed<S>/: summary.json (target step and wall time, the
+   evaluation, the command, commit, date, hardware, resumes), plot.png (`python -m learner.plot`: the return
+   against steps and against wall time, and the PPO statistics), metrics.jsonl.gz, config.toml and
+   learner.log.gz.
+
+--finish RUN_DIR skips step 1: it publishes a run that already ended.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WINDOW = 100  # games in the training return's window
+POLL_S = 5.0
+STOP_GRACE_S = 120.0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("recipe", help="config TOML, e.g. configs/pong-fast.toml")
+    ap.add_argument("--target", type=float, required=True, help="mean return of the last 100 training games")
+    ap.add_argument("--max-steps", type=int, required=True, help="agent-step budget")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--run-dir", type=Path, help="run directory (default: runs/learning-<recipe>-seed<S>-<time>)")
+    ap.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a run that was cut off")
+    ap.add_argument("--finish", type=Path, metavar="RUN_DIR", help="only evaluate and publish an ended run")
+    ap.add_argument("--keep-going", action="store_true", help="train to the budget even after the target")
+    ap.add_argument("--eval-episodes", type=int, default=10)
+    ap.add_argument("--hardware", default="", help="label for the results folder (default: from the machine)")
+    ap.add_argument("--results", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--max-hours", type=float, default=24.0, help="stop the run after this wall time")
+    ap.add_argument("launch_args", nargs="*", help="after --: more launch.py arguments (topology, --set ...)")
+    args = ap.parse_args(argv)
+    if args.max_steps <= 0 or args.eval_episodes < 0 or args.max_hours <= 0:
+        ap.error("--max-steps and --max-hours must be > 0, --eval-episodes >= 0")
+    if args.resume and args.finish:
+        ap.error("--resume and --finish exclude each other")
+    return args
+
+
+def read_rows(metrics: Path) -> list[dict]:
+    if not metrics.exists():
+        return []
+    rows = []
+    for line in metrics.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written
+            break
+    return rows
+
+
+def full_window_rows(rows: list[dict]) -> list[dict]:
+    """The rows whose last-100 window is full (`episodes` counts the run's finished games so far)."""
+    return [r for r in rows if (r.get("episodes") or 0) >= WINDOW and r.get("episode_return_mean") is not None]
+
+
+def first_hit(rows: list[dict], target: float) -> dict | None:
+    """The first update whose window is full and whose mean return is >= target."""
+    return next((r for r in full_window_rows(rows) if r["episode_return_mean"] >= target), None)
+
+
+def launch_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
+    cmd = [sys.executable, "launch.py"]
+    if args.resume:
+        return cmd + ["--resume", str(run_dir), "--total-steps", str(args.max_steps)]
+    return cmd + ["--config", args.recipe, "--seed", str(args.seed), "--total-steps", str(args.max_steps),
+                  "--run-dir", str(run_dir), "--set", "log.progress_bar=false", *args.launch_args]
+
+
+def train(args: argparse.Namespace, run_dir: Path) -> dict:
+    """Run launch.py until the target is held (then Ctrl-C it), the budget is spent, or --max-hours pass."""
+    cmd = launch_command(args, run_dir)
+    print("run:", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + args.max_hours * 3600
+    stopped_for = None
+    try:
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            hit = first_hit(read_rows(run_dir / "metrics.jsonl"), args.target)
+            if stopped_for is None and ((hit and not args.keep_going) or time.monotonic() > deadline):
+                stopped_for = "target" if hit and not args.keep_going else "max-hours"
+                print(f"stopping the run ({stopped_for}): Ctrl-C, final checkpoint", flush=True)
+                proc.send_signal(signal.SIGINT)
+                proc.wait(timeout=STOP_GRACE_S)
+    except BaseException:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # the launcher checkpoints and stops its children
+            proc.wait(timeout=STOP_GRACE_S)
+        raise
+    return {"command": " ".join(cmd[1:]), "exit_code": proc.returncode, "stopped_for": stopped_for or "budget"}
+
+
+def evaluate(run_dir: Path, episodes: int) -> dict | None:
+    best = run_dir / "checkpoints" / "best.pt"
+    if episodes == 0 or not best.exists():
+        return None
+    cmd = [sys.executable, "-m", "learner.evaluate", str(best), "--episodes", str(episodes)]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    print(out.stdout, out.stderr, sep="", flush=True)
+    returns = [float(m) for m in re.findall(r"^episode \d+: return (\S+)", out.stdout, re.M)]
+    best_info = run_dir / "checkpoints" / "best.json"
+    return {"command": f"python -m learner.evaluate {best} --episodes {episodes}", "returns": returns,
+            "mean": sum(returns) / len(returns) if returns else None,
+            "best_checkpoint": json.loads(best_info.read_text()) if best_info.exists() else None}
+
+
+def hardware_label() -> str:
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return "gpu-" + re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-")
+    except ImportError:
+        pass
+    return f"{os.cpu_count()}core-cpu"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def commit() -> str:
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def summarize(args: argparse.Namespace, run_dir: Path, runs: list[dict], evaluation: dict | None) -> dict:
+    rows = read_rows(run_dir / "metrics.jsonl")
+    hit = first_hit(rows, args.target)
+    last = rows[-1] if rows else {}
+    best = max((r["episode_return_mean"] for r in full_window_rows(rows)), default=None)
+    return {
+        "recipe": args.recipe, "seed": args.seed, "target": args.target, "max_steps": args.max_steps,
+        "reached": hit is not None,
+        "target_env_steps": hit and hit["env_steps"], "target_wall_s": hit and hit["elapsed_s"],
+        "target_update": hit and hit["update"],
+        "final": {k: last.get(k) for k in ("update", "env_steps", "elapsed_s", "episode_return_mean")},
+        "best_training_return_mean": best, "evaluation": evaluation, "runs": runs,
+        "resumed": any("--resume" in r["command"] for r in runs),
+        "date": dt.date.today().isoformat(), "commit": commit(), "machine": machine(),
+        "run_dir": str(run_dir),
+    }
+
+
+def publish(args: argparse.Namespace, run_dir: Path, summary: dict) -> Path:
+    recipe = Path(args.recipe).stem
+    entry = args.results / f"{summary['date']}-{args.hardware or hardware_label()}-{recipe}-seed{args.seed}"
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for name in ("metrics.jsonl", "learner.log"):
+        if (run_dir / name).exists():
+            with open(run_dir / name, "rb") as src, gzip.open(entry / f"{name}.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    shutil.copy(run_dir / "config.toml", entry / "config.toml")
+    subprocess.run([sys.executable, "-m", "learner.plot", str(run_dir), "-o", str(entry / "plot.png")],
+                   cwd=ROOT, check=False, timeout=600)
+    return entry
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    run_dir = args.finish or args.resume or args.run_dir or (
+        ROOT / "runs" / f"learning-{Path(args.recipe).stem}-seed{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
+    summary_file = run_dir / "learning.json"  # the runs so far, kept across resumes
+    runs = json.loads(summary_file.read_text())["runs"] if summary_file.exists() else []
+    if not args.finish:
+        runs.append({"started": dt.datetime.now().isoformat(timespec="seconds"), **train(args, run_dir)})
+        summary_file.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    summary = summarize(args, run_dir, runs, evaluate(run_dir, args.eval_episodes))
+    entry = publish(args, run_dir, summary)
+    hit = "reached" if summary["reached"] else "did not reach"
+    print(f"{hit} {args.target:g}: env steps {summary['target_env_steps']}, wall {summary['target_wall_s']} s; "
+          f"evaluation mean {summary['evaluation'] and summary['evaluation']['mean']}; results in {entry}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
