@@ -150,6 +150,8 @@ class ModelConfig:
     """mlp: width of each of the two tanh layers"""
     activation: str = "relu"
     """cnn: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
+    normalize_input: bool = False
+    """cnn: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)"""
 
 
 @dataclass

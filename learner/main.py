@@ -212,7 +212,8 @@ class Learner:
             actor_obs_space = probe_spaces(actor_env, r.seed)[0] if stack > 1 else obs_space
         if cfg.normalize.obs and obs_space.dtype == "uint8":
             raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "
-                               "which the CNN already scales to [0, 1]: set normalize.obs = false")
+                               "which the CNN already scales to [0, 1]: set normalize.obs = false "
+                               "(model.normalize_input standardizes the pixels inside the CNN)")
         with starting("cannot build the model"):
             self.model = model = build_model(obs_space, action_space, cfg.model).to(device)
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from learner.config import ModelConfig
+from learner.model.normalize import PixelNormalizer
 from protocol.spaces import SpaceSpec
 
 HIDDEN_GAIN = math.sqrt(2)
@@ -89,6 +90,9 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs)[1]
 
+    def observe(self, obs: torch.Tensor, ranks=None) -> None:
+        """Fold a training batch into statistics the network keeps about its inputs (none by default)."""
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, generator: torch.Generator | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -118,9 +122,10 @@ class NatureCNN(ActorCritic):
     """Shared conv trunk for (C, H, W) images; uint8 pixels are scaled to [0, 1] here, not on the wire."""
 
     def __init__(self, obs_shape: tuple[int, int, int], action_space: SpaceSpec, scale: float = 1 / 255,
-                 activation: str = "relu"):
+                 activation: str = "relu", normalize_input: bool = False):
         super().__init__()
         self.scale = scale
+        self.input_norm = PixelNormalizer(tuple(obs_shape)) if normalize_input else None
         act = ACTIVATION_LAYERS[activation]  # elu cannot die at the high rates the adaptive schedule may reach
         convs = nn.Sequential(
             layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4), HIDDEN_GAIN), act(),
@@ -138,9 +143,15 @@ class NatureCNN(ActorCritic):
         self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = (obs.float() * self.scale).contiguous(memory_format=torch.channels_last)
-        hidden = self.trunk(x)
+        x = obs.float() * self.scale
+        if self.input_norm is not None:
+            x = self.input_norm(x)
+        hidden = self.trunk(x.contiguous(memory_format=torch.channels_last))
         return self.head(hidden), self.critic(hidden).squeeze(-1)
+
+    def observe(self, obs: torch.Tensor, ranks=None) -> None:
+        if self.input_norm is not None:
+            self.input_norm.observe(obs, self.scale, ranks)
 
 
 def _mlp(in_dim: int, hidden: int) -> nn.Sequential:
@@ -188,7 +199,8 @@ def build_model(obs_space: SpaceSpec, action_space: SpaceSpec, cfg: ModelConfig)
             raise ValueError(f"unsupported observation space {obs_space} for model.kind='cnn': need (C, H, W)")
         scale = 1 / 255 if np.dtype(obs_space.dtype) == np.uint8 else 1.0
         try:
-            return NatureCNN(shape, action_space, scale=scale, activation=cfg.activation)
+            return NatureCNN(shape, action_space, scale=scale, activation=cfg.activation,
+                             normalize_input=cfg.normalize_input)
         except RuntimeError as exc:  # a resolution too small for the 8x8/4, 4x4/2, 3x3/1 convs
             raise ValueError(f"unsupported observation space {obs_space} for the Nature CNN: {exc}") from None
     if kind == "mlp":

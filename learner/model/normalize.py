@@ -161,6 +161,44 @@ class RewardScaler(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
+class PixelNormalizer(nn.Module):
+    """rl_games' normalize_input for images: each input element standardized by its own running mean and
+    variance, (x - mean) / sqrt(var + eps) clipped to [-clip, clip], computed in float32 on the input's
+    device. The statistics are buffers of the network (they travel with its weights and checkpoints) and
+    change only through observe(), with a training batch (summed over the ranks of a job)."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 5.0, eps: float = 1e-5):
+        super().__init__()
+        self.rms = RunningMeanStd(shape)
+        self.clip, self.eps = clip, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.rms.mean.to(x.device, torch.float32)
+        std = (self.rms.var.to(x.device) + self.eps).sqrt().to(torch.float32)
+        return ((x - mean) / std).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def observe(self, batch: torch.Tensor, scale: float = 1.0, ranks=None) -> None:
+        """Fold batch * scale ([B, *shape]) into the statistics, in chunks (a rollout of frames in float64
+        would take gigabytes); with ranks, every rank's batch (the same result on each)."""
+        size = self.rms.mean.numel()
+        moments = torch.zeros(1 + 2 * size, dtype=torch.float64, device=batch.device)
+        for chunk in batch.reshape(-1, size).split(1024):
+            x = chunk.float() * scale
+            moments[0] += x.shape[0]
+            moments[1:1 + size] += x.sum(0, dtype=torch.float64)
+            moments[1 + size:] += x.pow(2).sum(0, dtype=torch.float64)
+        if ranks is not None:
+            moments = ranks.sum_tensor(moments)
+        count = float(moments[0])
+        if count == 0:
+            return
+        mean = moments[1:1 + size] / count
+        var = (moments[1 + size:] / count - mean.pow(2)).clamp(min=0)
+        self.rms.merge(mean.reshape(self.rms.mean.shape).to(self.rms.mean.device),
+                       var.reshape(self.rms.mean.shape).to(self.rms.mean.device), count)
+
+
 class ValueNormalizer(nn.Module):
     """Value normalization (rl_games' normalize_value): running mean/std of the value targets (returns).
 

@@ -220,6 +220,9 @@ class PPOUpdater:
         if cfg.variant == "kl":  # the reported beta is the one the next update uses
             self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
             out["kl_beta"] = self.beta
+        # the network's input statistics (rl_games' normalize_input) take in this batch after the epochs, so
+        # each update starts from the very policy that collected its rollout
+        self.model.observe(obs, self.ranks)
         return out
 
     def _pool_first(self, first: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

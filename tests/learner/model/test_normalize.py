@@ -93,3 +93,40 @@ def test_reward_scaler_state_dict_resize_and_reset():
     assert scaler.returns[1] == 0 and scaler.returns[0] == old[0]
     with pytest.raises(ValueError, match="resize"):
         scaler(torch.zeros(3), torch.zeros(3))
+
+
+def test_pixel_normalizer_matches_numpy_over_batches_and_clips():
+    from learner.model.normalize import PixelNormalizer
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (n, 2, 3, 3), dtype=np.uint8) for n in (5, 2500)]  # 2500: several chunks
+    norm = PixelNormalizer((2, 3, 3), clip=5.0, eps=1e-5)
+    for f in frames:
+        norm.observe(torch.from_numpy(f), scale=1 / 255)
+    seen = np.concatenate(frames).astype(np.float64) / 255
+    np.testing.assert_allclose(norm.rms.mean.numpy(), seen.mean(0), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(norm.rms.var.numpy(), seen.var(0), rtol=1e-4, atol=1e-9)
+    x = torch.from_numpy(seen[:4]).float()
+    expected = np.clip((seen[:4] - seen.mean(0)) / np.sqrt(seen.var(0) + 1e-5), -5, 5)
+    np.testing.assert_allclose(norm(x).numpy(), expected, rtol=1e-4, atol=1e-4)
+    flat = PixelNormalizer((1,), clip=5.0)
+    flat.observe(torch.tensor([[0.0], [0.0], [0.0]]))  # a pixel that never changes: var 0
+    assert float(flat(torch.tensor([[1.0]]))) == 5.0  # clipped, not inf
+
+
+def test_cnn_normalize_input_standardizes_pixels_and_observe_is_its_only_update():
+    from learner.config import ModelConfig
+    from learner.model.networks import build_model
+    from protocol.spaces import SpaceSpec
+    image, actions = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8"), SpaceSpec(kind="discrete", n=6)
+    model = build_model(image, actions, ModelConfig(normalize_input=True))
+    plain = build_model(image, actions, ModelConfig())
+    assert "input_norm.rms.mean" in model.state_dict() and "input_norm.rms.mean" not in plain.state_dict()
+    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    before = model.value(obs)
+    model.value(obs)
+    torch.testing.assert_close(model.value(obs), before)  # forward passes leave the statistics alone
+    model.observe(obs)
+    x = obs.double() / 255
+    std = (x.var(0, unbiased=False) + 1e-5).sqrt()
+    expected = model.critic(model.trunk(((x - x.mean(0)) / std).clamp(-5, 5).float())).squeeze(-1)
+    torch.testing.assert_close(model.value(obs), expected, rtol=1e-3, atol=1e-3)  # count starts at 1e-4
