@@ -55,8 +55,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--hardware", default="", help="label for the results folder (default: from the machine)")
     ap.add_argument("--results", type=Path, default=ROOT / "docs" / "results")
     ap.add_argument("--max-hours", type=float, default=24.0, help="stop the run after this wall time")
-    ap.add_argument("launch_args", nargs="*", help="after --: more launch.py arguments (topology, --set ...)")
-    args = ap.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:split])
+    args.launch_args = argv[split + 1:]  # after --: more launch.py arguments (topology, --set ...)
     if args.max_steps <= 0 or args.eval_episodes < 0 or args.max_hours <= 0:
         ap.error("--max-steps and --max-hours must be > 0, --eval-episodes >= 0")
     if args.resume and args.finish:

@@ -492,6 +492,8 @@ class Learner:
             "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
             "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
             "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
+            "approx_kl_sq": stats.get("approx_kl_sq"), "epoch_kls": stats.get("epoch_kls"),
+            "value_norm_mean": stats.get("value_norm_mean"), "value_norm_std": stats.get("value_norm_std"),
             "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
             "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
             "actors": sum(actors), "env_slots": sum(widths), "weights_version": state["version"],

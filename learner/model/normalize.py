@@ -218,6 +218,10 @@ class ValueNormalizer(nn.Module):
     def _std(self, like: torch.Tensor) -> torch.Tensor:
         return (self.rms.var.to(like.device) + self.eps).sqrt()
 
+    def std(self) -> torch.Tensor:
+        """The scale the critic's outputs are multiplied by (0-d, on the statistics' device)."""
+        return self._std(self.rms.var)
+
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         return ((x.double() - self.rms.mean.to(x.device)) / self._std(x)).to(x.dtype)
 

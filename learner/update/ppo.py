@@ -9,7 +9,7 @@ from learner.config import PPOConfig, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import ValueNormalizer
 
-STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "loss")
+STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "approx_kl_sq", "clip_fraction", "loss")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
 
 
@@ -51,7 +51,7 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
     with torch.no_grad():
         stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
-                     approx_kl=kl.mean(), clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(),
+                     approx_kl=kl.mean(), approx_kl_sq=0.5 * logratio.pow(2).mean(), clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(),
                      loss=loss.detach())
     return loss, stats
 
@@ -180,6 +180,7 @@ class PPOUpdater:
         totals = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
         first: dict[str, torch.Tensor] = {}
         minibatches = epochs_run = 0
+        epoch_kls = []  # each epoch's mean approx_kl, this rank's weighted part
         for epoch in range(cfg.update_epochs):
             perm_device = generator.device if generator is not None else obs.device
             perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)
@@ -198,6 +199,7 @@ class PPOUpdater:
                 epoch_minibatches += 1
                 if self.schedule == "adaptive" and cfg.lr_adapt_every == "minibatch":
                     self._adapt_lr(last, 1)
+            epoch_kls.append(epoch_kl / max(epoch_minibatches, 1))
             if self.schedule == "adaptive" and cfg.lr_adapt_every == "epoch" and epoch_minibatches:
                 self._adapt_lr(epoch_kl, epoch_minibatches)  # rl_games' discrete PPO: the epoch's mean KL
             epochs_run = epoch + 1
@@ -211,12 +213,16 @@ class PPOUpdater:
             extra["update_kl"] = self._update_kl(batch)
         if self.batch_checksum:
             extra["batch_checksum"] = obs.sum(dtype=torch.float64)
+        if self.value_norm is not None:  # the statistics this update trained the critic against
+            extra.update(value_norm_mean=self.value_norm.rms.mean, value_norm_std=self.value_norm.std())
         tail = torch.stack([x.double().to(self.device) for x in extra.values()])
-        values = torch.cat([pooled, tail]).tolist()  # the update's one read from the device
-        out = dict(zip(keys + tuple(extra), values))
+        kls = self.ranks.sum_tensor(torch.stack(epoch_kls)) if epoch_kls else tail.new_zeros(0)
+        values = torch.cat([pooled, tail, kls.double()]).tolist()  # the update's one read from the device
+        named = len(keys) + len(extra)
+        out = dict(zip(keys + tuple(extra), values[:named]))
         # adaptive: the rate the update ended with (the next one starts from it)
         out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
-                   minibatches=minibatches)
+                   minibatches=minibatches, epoch_kls=values[named:])
         if cfg.variant == "kl":  # the reported beta is the one the next update uses
             self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
             out["kl_beta"] = self.beta
