@@ -1,7 +1,7 @@
 """Learning benchmark: train a recipe to a target mean return or a step budget, then publish the result.
 
-    python benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 2000000 --seed 1 \\
-        -- --device cpu --actors 2 --envs-per-actor 32 --groups 2 --set ppo.num_steps=128
+    python benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 2000000 --seed 1
+    python benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 2000000 -- --device cpu --set ...
     python benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 2000000 --resume RUN_DIR
 
 What it does, in order:

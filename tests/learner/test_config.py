@@ -39,11 +39,15 @@ def test_the_fast_recipes_say_what_they_are():
     pong, breakout = load(root / "pong-fast.toml"), load(root / "breakout-fast.toml")
     for cfg in (pong, breakout):
         c, p = cfg.cluster, cfg.ppo
-        assert (c.actors, c.envs_per_actor, c.groups) == (16, 8, 2)
-        assert cfg.num_envs * p.num_steps == 8192  # rl_games' samples per update
+        assert (c.envs, c.groups, p.num_steps) == (64, 2, 128)  # rl_games' 64 envs x 128 steps
+        for cores in (1, 2, 3, 16):  # spread over the cores, always the 8,192 samples per update
+            actors, per = topology(c, cores)
+            assert actors * per * p.num_steps == 8192 and actors == min(cores, 16) - (cores == 3)
         assert cfg.normalize.value and not p.clip_vloss and p.clip_coef == 0.2 and p.max_grad_norm == 1.0
     assert pong.num_envs * pong.ppo.num_steps // pong.ppo.num_minibatches == 2048
     assert (pong.ppo.lr_schedule, pong.ppo.learning_rate, pong.ppo.update_epochs, pong.ppo.vf_coef) == ("adaptive", 3e-4, 4, 2.0)
+    assert (pong.ppo.lr_adapt_every, pong.model.activation, pong.model.normalize_input) == ("epoch", "elu", True)
+    assert (breakout.model.activation, breakout.model.normalize_input) == ("relu", False)
     assert breakout.num_envs * breakout.ppo.num_steps // breakout.ppo.num_minibatches == 1024
     assert (breakout.ppo.lr_schedule, breakout.ppo.learning_rate, breakout.ppo.update_epochs) == ("constant", 8e-4, 2)
     assert breakout.ppo.gamma == 0.999 and not breakout.env.clip_rewards
