@@ -177,7 +177,8 @@ def summarize(args: argparse.Namespace, run_dir: Path, runs: list[dict], evaluat
         "final": {k: last.get(k) for k in ("update", "env_steps", "elapsed_s", "episode_return_mean")},
         "best_training_return_mean": best, "evaluation": evaluation, "runs": runs,
         "resumed": any("--resume" in r["command"] for r in runs),
-        "date": dt.date.today().isoformat(), "commit": commit(), "machine": machine(),
+        "date": dt.date.today().isoformat(), "machine": machine(),
+        "commit": runs[0].get("commit") if runs else None, "published_at_commit": commit(),
         "run_dir": str(run_dir),
     }
 
@@ -204,7 +205,8 @@ def main(argv=None) -> int:
     summary_file = run_dir / "learning.json"  # the runs so far, kept across resumes
     runs = json.loads(summary_file.read_text())["runs"] if summary_file.exists() else []
     if not args.finish:
-        runs.append({"started": dt.datetime.now().isoformat(timespec="seconds"), **train(args, run_dir)})
+        started = {"started": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit()}
+        runs.append({**started, **train(args, run_dir)})
         summary_file.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     summary = summarize(args, run_dir, runs, evaluate(run_dir, args.eval_episodes))
     entry = publish(args, run_dir, summary)

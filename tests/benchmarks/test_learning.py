@@ -49,6 +49,7 @@ def test_cartpole_to_a_low_target_stops_evaluates_and_publishes(tmp_path):
     summary = json.loads((entry / "summary.json").read_text())
     assert summary["reached"] and summary["target_env_steps"] < 150_000 and summary["target_wall_s"] > 0
     assert summary["runs"][0]["stopped_for"] == "target" and not summary["resumed"]
+    assert summary["commit"] == summary["runs"][0]["commit"] and summary["published_at_commit"]  # the trained code
     assert len(summary["evaluation"]["returns"]) == 2 and summary["evaluation"]["mean"] > 0
     rows_kept = [json.loads(line) for line in gzip.open(entry / "metrics.jsonl.gz", "rt")]
     assert rows_kept[-1]["env_steps"] >= summary["target_env_steps"]
