@@ -91,12 +91,12 @@ class EpisodicLife(gym.Wrapper):
 
     This gives the value function a terminal at each life loss without throwing away the rest of
     the game. reset() after a mere life loss takes one no-op step and continues from there
-    (baselines semantics). `last_reset_was_real` (also `info["real_reset"]`) says which happened.
+    (baselines semantics). `info["real_reset"]` says which happened.
     A reset with an explicit seed is always a real one."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.lives, self.real_done, self.last_reset_was_real = 0, True, True
+        self.lives, self.real_done = 0, True
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -120,7 +120,6 @@ class EpisodicLife(gym.Wrapper):
         else:
             info = ended
         self.real_done = False
-        self.last_reset_was_real = real
         self.lives = self.unwrapped.ale.lives()
         return obs, {**info, "real_reset": real}
 

@@ -270,15 +270,6 @@ def is_loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-def require_curve_for(address: str, server_keys: ServerKeys | None) -> None:
-    """Refuse to bind a non-loopback address without CURVE (the learner calls this before binding)."""
-    if server_keys is None and not is_loopback(address):
-        raise ValueError(
-            f"binding {address} beyond loopback requires CURVE keys: give the learner its secret key file "
-            f"and a directory of allowed actor public keys (make them with `{KEYGEN_COMMAND}`), "
-            "or bind tcp://127.0.0.1:PORT / ipc:// instead")
-
-
 # ---------------------------------------------------------------- CLI
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,6 @@ from learner.report.sinks import build_sinks
 
 log = logging.getLogger("learner")
 
-FIELDS = ("update", "env_steps", "sps", "episode_return_mean", "episode_length_mean", "episodes",
-          "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-          "learning_rate", "actors", "weights_version", "elapsed_s")
 TIMING_FIELDS = ("sps", "elapsed_s", "eta_s", "update_s", "collect_s")
 
 

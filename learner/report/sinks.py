@@ -48,7 +48,6 @@ class WandbSink:
 
     def __init__(self, run_dir: Path, cfg):
         import wandb  # ImportError when not installed
-        self.wandb = wandb
         self.run = wandb.init(project=cfg.log.wandb_project, config=cfg.to_dict(), dir=str(run_dir),
                               name=Path(run_dir).name)
 

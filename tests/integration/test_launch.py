@@ -14,9 +14,13 @@ import torch
 
 from tests.integration.cluster import (ROOT, assert_no_stragglers, assert_session_gone, kill_group, launch, metrics,
                                       run_launch, stop, wait_for)
-from learner.report.metrics import FIELDS
 
 pytestmark = pytest.mark.integration
+
+# the fields every metrics.jsonl line has (docs/running.md lists them with their meaning)
+FIELDS = ("update", "env_steps", "sps", "episode_return_mean", "episode_length_mean", "episodes",
+          "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+          "learning_rate", "actors", "weights_version", "elapsed_s")
 
 
 def test_smoke_run_trains_checkpoints_and_cleans_up(tmp_path):
