@@ -27,6 +27,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from actor import EXIT_REFUSED, leave_on_sigterm, name_process
+from learner import config_docs
 from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml, with_topology
 
 log = logging.getLogger("launch")
@@ -37,11 +38,25 @@ EXIT_FORCED = 130  # a second Ctrl-C: 128 + SIGINT, as a shell reports an interr
 LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank ended
 
 
+class HelpConfig(argparse.Action):
+    """--help-config: every config key with its type, default and meaning (learner/config_docs.py), then exit 0."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(config_docs.text())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     keys = "\n".join(f"  {key:<28} {default!r:<24} {doc}" for key, default, doc in field_docs())
     p = argparse.ArgumentParser(
         prog="python launch.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"config keys (set in the TOML file or with --set section.key=value):\n{keys}")
+        epilog=f"config keys (set in the TOML file or with --set section.key=value; their meanings in full: "
+               f"--help-config):\n{keys}")
+    p.add_argument("--help-config", action=HelpConfig,
+                   help="print every config key with its type, default and meaning, and exit")
     p.add_argument("--config", default="configs/breakout.toml", help="run config TOML (default: %(default)s)")
     p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors; unset: from the cores, e.g. 2 on 2 cores)")
     p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor; unset: cluster.envs / actors)")

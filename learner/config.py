@@ -1,7 +1,8 @@
 """The run configuration: TOML sections mapped onto dataclasses, overrides, validation.
 
 Torch-free on purpose: launch.py validates a config (and exits 2 on a bad one) before any heavy import.
-Every field's docstring is its documentation: `python launch.py --help-config` prints them.
+Every field's docstring is its documentation: `python launch.py --help-config` prints them, and
+docs/configuration.md is generated from them (learner/config_docs.py).
 """
 from __future__ import annotations
 

@@ -29,3 +29,17 @@ def test_actor_help_shows_no_empty_defaults():
     text = " ".join(help_text("-m", "actor").split())
     assert "(default: None)" not in text and "(default: )" not in text
     assert "(required)" in text and "(default: 30)" in text
+
+
+def test_help_config_prints_every_key_with_its_meaning():
+    from learner.config import field_docs
+    from learner.config_docs import text
+    printed = help_text("launch.py", "--help")  # the option is listed ...
+    assert "--help-config" in printed
+    result = subprocess.run([sys.executable, "launch.py", "--help-config"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and result.stdout == text()  # ... and prints the generated reference
+    for key, _, doc in field_docs():
+        section, name = key.split(".")
+        assert f"[{section}]" in result.stdout and f"\n  {name} = " in result.stdout
+        assert " ".join(doc.split()[:4]) in " ".join(result.stdout.split()), key
