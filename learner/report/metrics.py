@@ -3,17 +3,17 @@ update in metrics.jsonl. Timing fields (sps, elapsed_s, eta_s) are the only ones
 
 With a config, MetricsWriter also feeds the sinks in learner/report/sinks.py (TensorBoard, Weights & Biases),
 merges the newest evaluation result from RUN_DIR/eval.jsonl into each record (when evaluation runs), and
-keeps a live progress bar on a terminal (a single carriage-return line on stdout, never in learner.log).
+keeps a live progress bar on a terminal (learner/report/progress.py: never in learner.log).
 """
 from __future__ import annotations
 
 import json
 import logging
 import math
-import shutil
 import sys
 from pathlib import Path
 
+from learner.report.progress import ProgressBar
 from learner.report.sinks import build_sinks
 
 log = logging.getLogger("learner")
@@ -34,63 +34,9 @@ def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     root.setLevel(logging.INFO)
     tag = "".join(f"[{t}] " for t in (f"rank {rank}" if rank else "", tag) if t)
     fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
-    for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
+    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
-
-
-class ProgressBar:
-    """One live line at the bottom of a terminal: redrawn in place with a carriage return."""
-
-    def __init__(self, stream, columns: int | None = None):
-        self.stream, self.columns, self.text = stream, columns, ""
-
-    def render(self, r: dict, width: int) -> str:
-        progress = min(max(r.get("progress") or 0.0, 0.0), 1.0)
-        filled = int(round(progress * 20))
-        total = r["env_steps"] / progress if progress > 0 else 0
-        text = (f"[{'#' * filled}{'.' * (20 - filled)}] {progress * 100:5.1f}% "
-                f"{_si(r['env_steps'])}/{_si(total)} steps | update {r['update']} | {r.get('sps', 0):,.0f} sps")
-        if r.get("episode_return_mean") is not None:
-            text += f" | return {r['episode_return_mean']:.2f}"
-        text += f" | eta {_fmt_duration(r.get('eta_s'))}"
-        return text[:max(width - 1, 10)]
-
-    def width(self) -> int:
-        return self.columns or shutil.get_terminal_size((100, 20)).columns
-
-    def update(self, record: dict) -> None:
-        self.text = self.render(record, self.width())
-        self.draw()
-
-    def draw(self) -> None:
-        if self.text:
-            self.stream.write("\r" + self.text + "\x1b[K")
-            self.stream.flush()
-
-    def clear(self) -> None:
-        if self.text:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-    def close(self) -> None:
-        self.clear()
-        self.text = ""
-
-
-_bar: ProgressBar | None = None  # the live bar, if any: console log lines are printed above it
-
-
-class _ConsoleHandler(logging.StreamHandler):
-    """stdout log lines that step around the progress bar: clear it, print the line, draw it again."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        bar = _bar if _bar is not None and _bar.stream is self.stream else None
-        if bar is not None:
-            bar.clear()
-        super().emit(record)
-        if bar is not None:
-            bar.draw()
 
 
 class EvalReader:
@@ -164,7 +110,6 @@ class MetricsWriter:
     """metrics.jsonl plus, given the run's config, the sinks, the eval results and the progress bar."""
 
     def __init__(self, run_dir: Path, cfg=None):
-        global _bar
         run_dir = Path(run_dir)
         self.path = run_dir / "metrics.jsonl"
         self.file = open(self.path, "a", buffering=1)
@@ -172,7 +117,7 @@ class MetricsWriter:
         self.sinks = build_sinks(run_dir, cfg)
         self.bar = None
         if cfg is not None and cfg.log.progress_bar and sys.stdout.isatty():
-            self.bar = _bar = ProgressBar(sys.stdout)
+            self.bar = ProgressBar(sys.stdout, cfg.run.total_steps)
         self.last: dict | None = None
 
     def write(self, record: dict) -> None:
@@ -183,9 +128,9 @@ class MetricsWriter:
         record = {k: _clean(v) for k, v in record.items()}
         self.file.write(json.dumps(record) + "\n")
         self.last = record
-        if self.bar is not None:  # the new bar text; the console handler redraws it below the log line
-            self.bar.text = self.bar.render(record, self.bar.width())
         log.info(format_line(record))
+        if self.bar is not None:
+            self.bar.update(record)
         for sink in list(self.sinks):
             try:
                 sink.write(record)
@@ -201,11 +146,8 @@ class MetricsWriter:
         return self.last.get("eval_return_mean" if self.evals is not None else "episode_return_mean")
 
     def close(self) -> None:
-        global _bar
         if self.bar is not None:
             self.bar.close()
-            if _bar is self.bar:
-                _bar = None
         for sink in self.sinks:
             try:
                 sink.close()
@@ -235,10 +177,3 @@ def format_line(r: dict) -> str:
 
 def _num(x, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
-
-
-def _si(n: float) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{n / div:.2f}{suffix}"
-    return f"{n:.0f}"

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from learner.config import Config, apply_overrides
-from learner.report.metrics import EvalReader, MetricsWriter, ProgressBar
+from learner.report.metrics import EvalReader, MetricsWriter
 from learner.report.sinks import numeric
 
 
@@ -75,18 +75,6 @@ def test_numeric_keeps_finite_numbers_only():
     assert numeric({"a": 1, "b": 2.5, "c": None, "d": True, "e": "x", "f": [1], "g": float("inf")}) == {"a": 1, "b": 2.5}
 
 
-def test_progress_bar_is_one_carriage_return_line():
-    out = io.StringIO()
-    bar = ProgressBar(out, columns=200)
-    bar.update(_record(5))
-    bar.update(_record(6))
-    bar.close()
-    text = out.getvalue()
-    assert "\n" not in text and text.startswith("\r[##########..........]  50.0%")
-    assert "60.0%" in text and "384/640 steps" in text and text.endswith("\r\x1b[K")
-    assert len(ProgressBar(io.StringIO()).render(_record(1), 40)) <= 39
-
-
 def test_progress_bar_off_when_not_a_terminal(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdout", io.StringIO())
     writer = MetricsWriter(tmp_path, apply_overrides(Config(), ["log.tensorboard=false"]))
@@ -132,41 +120,45 @@ def test_track_logs_numeric_metrics_to_wandb(tmp_path, monkeypatch):
     assert step == 128 and values["policy_loss"] == 0.1 and "events" not in values and "env_steps" not in values
 
 
-def test_progress_bar_on_a_terminal_never_reaches_the_log_file(tmp_path, monkeypatch):
-    from learner.report import metrics as metrics_module
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
 
-    class FakeTTY(io.StringIO):
-        def isatty(self):
-            return True
 
+def test_progress_bar_on_a_terminal_never_tears_a_log_line_nor_reaches_the_log_file(tmp_path, monkeypatch):
+    """The console handler setup_logging installs, a file handler beside it, and tqdm's bar on the same stdout:
+    each log line comes out whole on a line of its own, the bar comes back below it, the file has no bar."""
     tty = FakeTTY()
     monkeypatch.setattr("sys.stdout", tty)
-    console = metrics_module._ConsoleHandler(tty)
-    logfile = logging.FileHandler(tmp_path / "learner.log")
-    logger = logging.getLogger("learner")
+    console, logfile = logging.StreamHandler(tty), logging.FileHandler(tmp_path / "learner.log")
+    root, logger = logging.getLogger(), logging.getLogger("learner")
     old_level = logger.level
     logger.setLevel(logging.INFO)
-    logger.addHandler(console)
-    logger.addHandler(logfile)
+    root.addHandler(console)
+    root.addHandler(logfile)
     try:
-        writer = MetricsWriter(tmp_path, apply_overrides(Config(), ["log.tensorboard=false"]))
+        writer = MetricsWriter(tmp_path, apply_overrides(Config(), ["log.tensorboard=false", "run.total_steps=640"]))
         assert writer.bar is not None
         writer.write(_record(1))
         logger.info("an actor joined")
         writer.write(_record(2))
         writer.close()
+        assert console in root.handlers and logfile in root.handlers  # the console handler is back after close
     finally:
-        logger.removeHandler(console)
-        logger.removeHandler(logfile)
+        root.removeHandler(console)
+        root.removeHandler(logfile)
         logfile.close()
         logger.setLevel(old_level)
     log_text = (tmp_path / "learner.log").read_text()
-    assert "\r" not in log_text and "\x1b" not in log_text and "[#" not in log_text
+    assert "\r" not in log_text and "\x1b" not in log_text and "step/s" not in log_text
     assert log_text.count("\n") == 3 and "an actor joined" in log_text
     screen = tty.getvalue()
-    # every log line starts on a cleared line, and the bar comes back after it
-    assert screen.count("\r\x1b[K") >= 3 and "an actor joined\n\r[##" in screen
-    assert screen.endswith("\r\x1b[K") and metrics_module._bar is None
+    assert "128/640" in screen and "update 2, return 2.00" in screen  # the bar: steps of total_steps, and more
+    after_bar = screen[screen.index("/640"):]  # the log lines that came once the bar was up
+    lines = [line.split("\r")[-1].strip() for line in after_bar.split("\n")]
+    joined = [line for line in lines if "an actor joined" in line]
+    assert len(joined) == 1 and joined[0] == "an actor joined", lines  # whole: no bar text before or after it
+    assert any(line.startswith("update 2 | steps 128") for line in lines), lines
 
 
 def test_rows_past_the_checkpoint_are_moved_aside_on_resume(tmp_path):
