@@ -114,7 +114,7 @@ def external_job() -> dict | None:
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise ConfigError(f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the job with torchrun, "
-                          "or export them in the srun script (see the README's SLURM example)")
+                          "or export them in the srun script (see the SLURM example in docs/scaling.md)")
     return {"rank": int(os.environ["RANK"]), "world": world}
 
 

@@ -66,7 +66,7 @@ def _light_python(python: Path, code: str, cwd: Path) -> subprocess.CompletedPro
 def test_actor_only_install_without_torch_trains_with_a_learner(tmp_path):
     started = time.monotonic()
     run_dir, keys, allowed = tmp_path / "run", tmp_path / "keys", tmp_path / "allowed"
-    # CURVE as between hosts (README, "Actors on other machines"): the actor host's half runs in the light venv
+    # CURVE as between hosts (docs/scaling.md, "Actors on other machines"): the actor host's half runs in the light venv
     learner_public, learner_secret = generate_keypair(keys, "learner")
     actor_public, actor_secret = generate_keypair(keys, "light")
     allowed.mkdir()

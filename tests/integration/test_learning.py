@@ -1,7 +1,7 @@
 """It learns: real multi-process clusters on CPU reach the bar, then are stopped with SIGTERM.
 
 Each run is stopped as soon as the bar is met (that is also a clean-shutdown check), so a healthy
-run costs well under its step budget. Margins measured on 2 cores are in the README.
+run costs well under its step budget. Margins measured on 2 cores are in docs/performance.md.
 """
 from __future__ import annotations
 
