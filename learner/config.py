@@ -65,7 +65,7 @@ class ClusterConfig:
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "local"
-    """where the learner binds its request socket: 'local' (this machine only: a Unix socket on Linux, cheaper than TCP), or tcp:// or ipc://; port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); set a tcp one for actors that join from elsewhere"""
+    """where the learner binds its request socket: 'local' (this user on this machine only: a Unix socket in a private 0700 directory, cheaper than TCP; see docs/reliability.md), or tcp:// or ipc://; port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); set a tcp one for actors that join from elsewhere"""
     weights_address: str = "tcp://127.0.0.1:0"
     """where the learner publishes weights; port 0 picks a free one"""
     advertise_host: str = ""

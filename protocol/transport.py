@@ -4,25 +4,50 @@ The learner binds (it is always there); actors and weight subscribers connect (t
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import stat
 import sys
-import uuid
+import tempfile
 
 import zmq
 
 LINGER_MS = 0  # never let close() hang on a peer that went away
-LOCAL = "local"  # the learner's default address: reachable from this machine only
+LOCAL = "local"  # the learner's default address: reachable by this user on this machine only
+UNIX_PATH_MAX = 100  # bytes a Unix socket path may have (108 on Linux, 104 on macOS, with room for suffixes)
 
 
 def local_address(address: str) -> str:
-    """`local` as an address to bind: on Linux an abstract Unix socket named after this process (no file to
-    clean up, refused if taken; about 1 us less learner CPU per env step than TCP over loopback, see
-    benchmarks/learner_cpu_real_actors.py), elsewhere a free TCP port on 127.0.0.1. Any other address as it is."""
+    """`local` as an address to bind: a Unix socket file in a private directory of its own (mode 0700, under
+    $XDG_RUNTIME_DIR when set, else the temporary directory), removed when this process exits; a free TCP port
+    on 127.0.0.1 where there are no Unix sockets (Windows). Any other address as it is.
+
+    Why a file in a 0700 directory: the kernel checks the directory's search permission on connect(), so only
+    this user (and root) can reach the learner. An abstract socket (`ipc://@...`), used before, has no
+    permissions at all: any user could find it in /proc/net/unix and connect; and ZeroMQ's Python API does not
+    expose the peer's credentials (SO_PEERCRED) for a ROUTER socket's connections, so they cannot be checked
+    after the fact. A Unix socket also costs the learner about 1 us less CPU per env step than TCP over
+    loopback (benchmarks/learner_cpu_real_actors.py)."""
     if address != LOCAL:
         return address
-    if sys.platform.startswith("linux"):
-        return f"ipc://@ppo-cluster-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    return "tcp://127.0.0.1:0"
+    if sys.platform == "win32":
+        return "tcp://127.0.0.1:0"
+    return f"ipc://{private_dir()}/learner.sock"
+
+
+def private_dir() -> str:
+    """A new directory only this user may enter (mkdtemp makes it 0700), removed at this process's exit."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or None
+    if base is not None and (not os.path.isdir(base) or len(base) > UNIX_PATH_MAX - 60):
+        base = None
+    path = tempfile.mkdtemp(prefix="ppo-cluster-", dir=base)
+    if len(path) > UNIX_PATH_MAX - 40:  # a long $TMPDIR: the socket path would not fit
+        os.rmdir(path)
+        path = tempfile.mkdtemp(prefix="ppo-cluster-", dir="/tmp")
+    os.chmod(path, stat.S_IRWXU)  # mkdtemp's mode already; said again so a umask or a port cannot widen it
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def _tune(sock: zmq.Socket, max_bytes: int, hwm: int) -> zmq.Socket:
