@@ -13,6 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from learner.gateway.admission import check_admission_config
 from learner.gateway.registry import MAX_ENV_SLOTS
 from protocol.settings import EnvSettings
 from protocol.transport import LOCAL
@@ -84,6 +85,10 @@ class ClusterConfig:
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: int = 64
     """largest message accepted on a socket"""
+    memory_budget_mb: int = 0
+    """the learner's memory for all actors' rollouts together, in MB: a handshake that would pass it waits until slots free up (0: half of this machine's memory)"""
+    max_envs_per_actor: int = 0
+    """env slots one actor may claim; a handshake claiming more is refused (0: 256, or the run's own envs if more, within the budget)"""
     server_key: str = ""
     """CURVE: the learner's secret key file (required to bind beyond loopback)"""
     allowed_keys: str = ""
@@ -398,6 +403,7 @@ def validate(cfg: Config) -> None:
     _require(c.startup_timeout_s >= 0, f"cluster.startup_timeout_s must be >= 0, got {c.startup_timeout_s}")
     _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
     check_collectors(cfg)
+    _require((why := check_admission_config(cfg)) is None, why)
     _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")

@@ -72,6 +72,7 @@ class CollectorSpec:
     shared_rows: bool = True   # write into the training process's rollout (False in collect-only runs: nobody
     flow_through: bool = False  # trains on it, so each collector keeps its rows and flows through rollouts)
     rank_targets: tuple | None = None  # (targets, loads) on rank 0 of several ranks, collector 0: RankBalancer
+    admission: object = None  # this collector's share of what peers may claim (learner.gateway.admission)
 
 
 class CollectorBalancer:
@@ -145,7 +146,7 @@ class CollectorProcess:
         self.model = build_model(spec.obs_space, spec.action_space, cfg.model).to(device)
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
         self.version = weights.load_into([self.model, self.value_norm])
-        self.registry = ActorRegistry()
+        self.registry = ActorRegistry(admission=spec.admission)
         self.ctx = zmq.Context()
         self.curve = self._curve()
         self.balancer = CollectorBalancer(self.registry.num_slots, board) if spec.index == 0 else None
@@ -240,7 +241,6 @@ class CollectorProcess:
             self.rank_balancer.after_update(rank_slots)
         if version != self.version:
             self.version = self.weights.load_into([self.model, self.value_norm])
-        self.collector.forgive_pause()
         self.board[self.spec.index, READY] = 0
         try:
             rollout = self.collector.collect(0, self.should_stop, version, admit_first=False)
