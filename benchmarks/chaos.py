@@ -299,37 +299,59 @@ def stop_collector(run: Run, row: Row) -> None:
     before, pid, t0 = run.last(), run.info("endpoints.json")["collectors"][1]["pid"], time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
-        row.detected_s = wait(lambda: not run.live(), "end of the run", t0)
+        row.detected_s = wait(lambda: "showed no sign of life" in run.console(), "the stopped collector named", t0)
+        wait(lambda: not run.live(), "end of the run", t0)
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
-    if "showed no sign of life" not in run.console():
-        raise Failed("the run ended without naming the stopped collector")
+    row.note = f"run ended {round(time.monotonic() - t0, 1)} s after the stop, exit {run.proc.returncode}"
+    if run.proc.returncode == 0:
+        raise Failed("the run ended with exit 0")
     resume(run, row, before, t0)
 
 
+def _updates_in_console(run: Run) -> int:
+    lines = [line for line in run.console().splitlines() if " INFO update " in line]
+    return int(lines[-1].split(" INFO update ")[1].split()[0]) if lines else 0
+
+
+def _checkpoint_failed(run: Run) -> bool:
+    text = run.console().lower()
+    return any(("checkpoint" in line or "torch.save" in line or "serialization" in line) and
+               ("space" in line or "errno 28" in line) for line in text.splitlines())
+
+
 def disk_full(run: Run, row: Row) -> None:
-    """Fill the run directory's tmpfs until a checkpoint write fails; free it; the run goes on or resumes."""
+    """Fill the run directory's tmpfs and keep it full until a checkpoint was due (or the run ended); free it;
+    the run must go on, or resume from a checkpoint that is intact."""
     before, t0 = run.last(), time.monotonic()
+    due = (_updates_in_console(run) // 5 + 2) * 5  # past the next multiple of run.checkpoint_every
     filler = run.run_dir.parent / "filler"
-    with open(filler, "wb") as out:
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
         for chunk in (1 << 20, 4096, 1):
             try:
-                while True:
-                    out.write(b"\0" * chunk)
-                    out.flush()
-            except OSError:
+                while os.write(fd, b"\0" * chunk):
+                    pass
+            except OSError:  # ENOSPC: on to a smaller chunk
                 pass
+    finally:
+        os.close(fd)
     try:
-        u = before["update"]
-        row.detected_s = wait(lambda: not run.live() or "No space left" in run.console(), "failed write", t0)
+        wait(lambda: not run.live() or _checkpoint_failed(run) or _updates_in_console(run) >= due,
+             "checkpoint due", t0)
+        row.detected_s = round(time.monotonic() - t0, 1)
+        said = _checkpoint_failed(run) or not run.live()
     finally:
         filler.unlink()
+    if not said:
+        row.note = "a checkpoint was due on the full disk and nothing said it failed"
     if run.live():
-        row.recovered_s = wait(lambda: run.trained_after(max(u, run.last()["update"])), "update after", t0)
+        row.recovered_s = wait(lambda: run.trained_after(run.last()["update"]), "update after", t0)
     else:
+        row.note = f"the run ended (exit {run.proc.returncode}); resumed"
         resume(run, row, before, t0)
 
 

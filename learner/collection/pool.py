@@ -206,6 +206,7 @@ class CollectorPool:
         for k in collectors:
             quiet = (now_ms - int(self.board[k, BEAT])) / 1000
             if quiet > self.silent_s:
+                self.procs[k].kill()  # stopped or hung: it would not exit when told (SIGKILL ends a stopped one)
                 raise CollectorLost(f"collector {k} (pid {self.procs[k].pid}) showed no sign of life for {quiet:.0f}s: "
                                     f"stopped or hung (the limit is {self.silent_s:g}s: twice cluster.actor_timeout_s, "
                                     f"at least {SILENT_FLOOR_S:g}s)")
