@@ -251,7 +251,8 @@ def flood(run: Run, row: Row) -> None:
             for j in range(100):
                 ctx_sock.send_multipart([os.urandom(16 if j % 10 else 1 << 16), b"\x00" * (j % 7)])
         row.detected_s = wait(lambda: run.last().get("rejected_messages", 0) > rejected, "rejections counted", t0)
-        row.recovered_s = wait(lambda: run.trained_after(run.last()["update"]), "update after the flood", t0)
+        after = run.last()["update"]
+        row.recovered_s = wait(lambda: run.trained_after(after), "update after the flood", t0)
         row.note = f"{run.last().get('rejected_messages', 0) - rejected} rejected"
     finally:
         ctx.destroy(linger=0)
@@ -349,7 +350,8 @@ def disk_full(run: Run, row: Row) -> None:
     if not said:
         row.note = "a checkpoint was due on the full disk and nothing said it failed"
     if run.live():
-        row.recovered_s = wait(lambda: run.trained_after(run.last()["update"]), "update after", t0)
+        after = run.last()["update"]
+        row.recovered_s = wait(lambda: run.trained_after(after), "update after", t0)
     else:
         row.note = f"the run ended (exit {run.proc.returncode}); resumed"
         resume(run, row, before, t0)
