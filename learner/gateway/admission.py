@@ -104,7 +104,8 @@ def check_admission_config(cfg) -> str | None:
         return f"cluster.memory_budget_mb must be >= 0 (0: half of this machine's memory), got {c.memory_budget_mb}"
     if not 0 <= c.max_envs_per_actor <= HARD_MAX_ENVS:
         return f"cluster.max_envs_per_actor must be in [0, {HARD_MAX_ENVS}] (0: derived), got {c.max_envs_per_actor}"
-    return check_update_shape(cfg.num_envs, cfg.ppo.num_steps, cfg.ppo.num_minibatches)
+    width = max(cfg.num_envs, c.min_envs)  # 0: actors only from elsewhere, the rollout's width is theirs to say
+    return check_update_shape(width, cfg.ppo.num_steps, cfg.ppo.num_minibatches) if width else None
 
 
 def check_update_shape(num_envs: int, num_steps: int, num_minibatches: int) -> str | None:

@@ -54,3 +54,11 @@ def test_only_silence_while_the_learner_listens_counts():
     registry.deaf(100.0)  # an update of 100 s: nobody's silence
     assert registry.overdue(2.0, now + 101.0) == []
     assert registry.overdue(2.0, now + 103.0) == [ghost]  # 3 s of listening: its own silence
+
+
+def test_a_run_of_actors_from_elsewhere_only_is_not_judged_by_its_zero_local_envs():
+    from learner.config import load
+    cfg = load("configs/cartpole.toml", ["cluster.actors=0"])
+    assert cfg.num_envs == 0  # and load() validated it: no "0 samples" refusal
+    with pytest.raises(Exception, match="less than one sample"):
+        load("configs/cartpole.toml", ["cluster.actors=0", "cluster.min_envs=2", "ppo.num_minibatches=65"])
