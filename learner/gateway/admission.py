@@ -104,7 +104,7 @@ def check_admission_config(cfg) -> str | None:
         return f"cluster.memory_budget_mb must be >= 0 (0: half of this machine's memory), got {c.memory_budget_mb}"
     if not 0 <= c.max_envs_per_actor <= HARD_MAX_ENVS:
         return f"cluster.max_envs_per_actor must be in [0, {HARD_MAX_ENVS}] (0: derived), got {c.max_envs_per_actor}"
-    width = max(cfg.num_envs, c.min_envs)  # 0: actors only from elsewhere, the rollout's width is theirs to say
+    width = 0 if cfg.run.collect_only else max(cfg.num_envs, c.min_envs)  # 0: no update, or actors only from elsewhere
     return check_update_shape(width, cfg.ppo.num_steps, cfg.ppo.num_minibatches) if width else None
 
 
