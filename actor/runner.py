@@ -300,6 +300,16 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
                       f"{opts.welcome_timeout_s:g}s")
 
 
+def _ask_again_later(opts: ActorOptions, exc: Busy, busy_since: float, backoff: float) -> bool:
+    """The learner is full: wait `backoff` and say so (True), or give up past BUSY_GIVE_UP_S (False)."""
+    if time.monotonic() - busy_since > BUSY_GIVE_UP_S or not _parent_alive(opts.parent_pid):
+        log.error("actor %s: the learner stayed full for %gs (%s); exiting", opts.name, BUSY_GIVE_UP_S, exc)
+        return False
+    log.warning("actor %s: the learner is full (%s); asking again in %.1fs", opts.name, exc, backoff)
+    time.sleep(backoff)  # backoff between attempts, not synchronization
+    return True
+
+
 def run(opts: ActorOptions, on_refused=None) -> int:
     """Join, and rejoin with backoff while reconnect_s allows; rejoin at once when retired.
 
@@ -331,11 +341,8 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 continue
             except Busy as exc:
                 busy_since, answered = busy_since or time.monotonic(), True
-                if time.monotonic() - busy_since > BUSY_GIVE_UP_S or not _parent_alive(opts.parent_pid):
-                    log.error("actor %s: the learner stayed full for %gs (%s); exiting", opts.name, BUSY_GIVE_UP_S, exc)
+                if not _ask_again_later(opts, exc, busy_since, backoff):
                     return EXIT_REFUSED
-                log.warning("actor %s: the learner is full (%s); asking again in %.1fs", opts.name, exc, backoff)
-                time.sleep(backoff)  # backoff between attempts, not synchronization
                 backoff = min(backoff * 2, 10.0)
                 continue
             except Redirected as exc:  # once: if that rank goes away, rank 0 decides again
