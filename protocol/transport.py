@@ -25,9 +25,9 @@ def local_address(address: str) -> str:
 
     Why a file in a 0700 directory: the kernel checks the directory's search permission on connect(), so only
     this user (and root) can reach the learner. An abstract socket (`ipc://@...`), used before, has no
-    permissions at all: any user could find it in /proc/net/unix and connect; and ZeroMQ's Python API does not
-    expose the peer's credentials (SO_PEERCRED) for a ROUTER socket's connections, so they cannot be checked
-    after the fact. A Unix socket also costs the learner about 1 us less CPU per env step than TCP over
+    permissions at all: any user could find it in /proc/net/unix and connect. pyzmq does not expose a ROUTER
+    connection's peer credentials (SO_PEERCRED), and libzmq's own check (ZMQ_IPC_FILTER_UID) is deprecated and
+    build-dependent; the directory's permission needs nothing from ZeroMQ. A Unix socket also costs the learner about 1 us less CPU per env step than TCP over
     loopback (benchmarks/learner_cpu_real_actors.py)."""
     if address != LOCAL:
         return address
