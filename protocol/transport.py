@@ -4,7 +4,7 @@ The learner binds (it is always there); actors and weight subscribers connect (t
 """
 from __future__ import annotations
 
-import atexit
+import multiprocessing.util
 import os
 import shutil
 import stat
@@ -37,7 +37,8 @@ def local_address(address: str) -> str:
 
 
 def private_dir() -> str:
-    """A new directory only this user may enter (mkdtemp makes it 0700), removed at this process's exit."""
+    """A new directory only this user may enter (mkdtemp makes it 0700), removed when this process exits (not
+    after a kill -9: an empty 0700 directory, or one with a dead socket file, is left in the temporary directory)."""
     base = os.environ.get("XDG_RUNTIME_DIR") or None
     if base is not None and (not os.path.isdir(base) or len(base) > UNIX_PATH_MAX - 60):
         base = None
@@ -46,7 +47,9 @@ def private_dir() -> str:
         os.rmdir(path)
         path = tempfile.mkdtemp(prefix="ppo-cluster-", dir="/tmp")
     os.chmod(path, stat.S_IRWXU)  # mkdtemp's mode already; said again so a umask or a port cannot widen it
-    atexit.register(shutil.rmtree, path, True)
+    # removed at exit, also from a fork-started multiprocessing child, which ends with os._exit: atexit handlers
+    # do not run there, multiprocessing's finalizers do (and run from atexit in any other process)
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
     return path
 
 

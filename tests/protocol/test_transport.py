@@ -85,3 +85,21 @@ def test_the_private_directory_is_removed_when_the_process_exits(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     folder = out.stdout.strip()
     assert folder and not os.path.exists(folder)
+
+
+def _local_in_a_child(queue) -> None:
+    queue.put(os.path.dirname(local_address(LOCAL)[len("ipc://"):]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork start method is Linux's default only")
+def test_the_private_directory_is_removed_when_a_multiprocessing_child_exits():
+    """A forked multiprocessing child ends with os._exit: atexit handlers do not run there (launch.py spawns its
+    learner, whose children end with sys.exit, but a fork-started user of the protocol package must not leak)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_local_in_a_child, args=(queue,))
+    child.start()
+    folder = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and folder and not os.path.exists(folder)
