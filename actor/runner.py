@@ -25,6 +25,7 @@ from protocol.transport import connect_dealer, recv_frames
 log = logging.getLogger("actor")
 HEARTBEAT_S = 1.0  # while building its envs, an actor tells the learner it is alive this often
 GOODBYE_GRACE_S = 1.0  # Ctrl-C: connected this long after the goodbye, for actions already on their way
+BUSY_GIVE_UP_S = 600.0  # a learner that keeps saying it is full for this long: the actor gives up
 
 
 class LearnerGone(Exception):
@@ -33,6 +34,10 @@ class LearnerGone(Exception):
 
 class Refused(Exception):
     """The learner refused this actor (error reply); retrying would not help."""
+
+
+class Busy(Exception):
+    """The learner is full for now (its env slots or memory budget are taken): ask again later."""
 
 
 class Retired(Exception):
@@ -287,12 +292,22 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
             if len(msg.slots) != opts.num_envs:
                 raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {opts.num_envs} envs")
             return msg
-        if isinstance(msg, m.Error):  # "rejoin" before a welcome: odd, so retried like no answer at all
-            raise LearnerGone(msg.reason) if msg.rejoin else Refused(msg.reason)
+        if isinstance(msg, m.Error):  # "rejoin" before a welcome: full for now, ask again later
+            raise Busy(msg.reason) if msg.rejoin else Refused(msg.reason)
         if isinstance(msg, m.Redirect):
             raise Redirected(msg.address, msg.reason)
     raise LearnerGone(f"no answer from {sock.getsockopt_string(zmq.LAST_ENDPOINT) or opts.learner} within "
                       f"{opts.welcome_timeout_s:g}s")
+
+
+def _ask_again_later(opts: ActorOptions, exc: Busy, busy_since: float, backoff: float) -> bool:
+    """The learner is full: wait `backoff` and say so (True), or give up past BUSY_GIVE_UP_S (False)."""
+    if time.monotonic() - busy_since > BUSY_GIVE_UP_S or not _parent_alive(opts.parent_pid):
+        log.error("actor %s: the learner stayed full for %gs (%s); exiting", opts.name, BUSY_GIVE_UP_S, exc)
+        return False
+    log.warning("actor %s: the learner is full (%s); asking again in %.1fs", opts.name, exc, backoff)
+    time.sleep(backoff)  # backoff between attempts, not synchronization
+    return True
 
 
 def run(opts: ActorOptions, on_refused=None) -> int:
@@ -305,7 +320,7 @@ def run(opts: ActorOptions, on_refused=None) -> int:
     the learner is gone or never answered."""
     ctx = zmq.Context()
     envs = ActorEnvs()  # built once, kept across rejoins
-    backoff, gone_since, address, answered = 0.5, None, None, False
+    backoff, gone_since, address, answered, busy_since = 0.5, None, None, False, None
     log.info("actor %s: connecting to %s (giving up if no learner answers within %gs)", opts.name, opts.learner,
              opts.welcome_timeout_s)
     try:
@@ -322,7 +337,13 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 return EXIT_REFUSED
             except Retired as exc:  # the learner is there and wants us back: no reconnect budget spent
                 log.warning("actor %s told by the learner: %s; rejoining", opts.name, exc)
-                backoff, gone_since = 0.5, None
+                backoff, gone_since, busy_since = 0.5, None, None
+                continue
+            except Busy as exc:
+                busy_since, answered = busy_since or time.monotonic(), True
+                if not _ask_again_later(opts, exc, busy_since, backoff):
+                    return EXIT_REFUSED
+                backoff = min(backoff * 2, 10.0)
                 continue
             except Redirected as exc:  # once: if that rank goes away, rank 0 decides again
                 log.info("actor %s %s", opts.name, exc)

@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from learner.gateway.admission import check_admission_config
 from learner.gateway.registry import MAX_ENV_SLOTS
 from protocol.settings import EnvSettings
 from protocol.transport import LOCAL
@@ -66,7 +67,7 @@ class ClusterConfig:
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "local"
-    """where the learner binds its request socket: 'local' (this machine only: a Unix socket on Linux, cheaper than TCP), or tcp:// or ipc://; port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); set a tcp one for actors that join from elsewhere"""
+    """where the learner binds its request socket: 'local' (this user on this machine only: a Unix socket in a private 0700 directory, cheaper than TCP; see docs/reliability.md), or tcp:// or ipc://; port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); set a tcp one for actors that join from elsewhere"""
     weights_address: str = "tcp://127.0.0.1:0"
     """where the learner publishes weights; port 0 picks a free one"""
     advertise_host: str = ""
@@ -85,6 +86,10 @@ class ClusterConfig:
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: int = 64
     """largest message accepted on a socket"""
+    memory_budget_mb: int = 0
+    """the learner's memory for all actors' rollouts together, in MB: a handshake that would pass it waits until slots free up (0: half of this machine's memory)"""
+    max_envs_per_actor: int = 0
+    """env slots one actor may claim; a handshake claiming more is refused (0: 256, or the run's own envs if more, within the budget)"""
     server_key: str = ""
     """CURVE: the learner's secret key file (required to bind beyond loopback)"""
     allowed_keys: str = ""
@@ -399,6 +404,7 @@ def validate(cfg: Config) -> None:
     _require(c.startup_timeout_s >= 0, f"cluster.startup_timeout_s must be >= 0, got {c.startup_timeout_s}")
     _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
     check_collectors(cfg)
+    _require((why := check_admission_config(cfg)) is None, why)
     _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")

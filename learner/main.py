@@ -24,6 +24,7 @@ import zmq
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.gateway import Gateway
+from learner.gateway.admission import Admission, check_run_fits
 from learner.gateway.registry import ActorRegistry
 from learner.collection.collector import Collector
 from learner.collection.inference import Inference
@@ -239,6 +240,7 @@ class Learner:
         self.layout = (obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32), action_space.shape,
                        torch.long if action_space.kind == "discrete" else torch.float32)
         self.spaces = (actor_env, actor_obs_space, obs_space, action_space, stack)
+        self.admission = self._admission(obs_space)
         self._open_sockets()
         if stack > 1:
             log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
@@ -256,6 +258,17 @@ class Learner:
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
         self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
+
+    def _admission(self, obs_space) -> Admission:
+        """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
+        the run refused at start if its own actors could not fit."""
+        c = self.cfg.cluster
+        admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, self.cfg.num_envs, obs_space.shape,
+                                 obs_space.dtype, self.cfg.ppo.num_steps).split(c.learners)
+        if (why := check_run_fits(admission, self.cfg.num_envs // c.learners, c.min_envs)) is not None:
+            raise StartupError(why)
+        log.info("%s", admission.describe(self.cfg.num_envs // c.learners))
+        return admission
 
     def _rank_targets(self) -> tuple[list[int], list[int]] | None:
         """Rank 0 of a multi-rank job sends joiners to the other ranks: until the first update's count each
@@ -304,7 +317,7 @@ class Learner:
         """Collection on this process's own thread: gateway, collector and inference."""
         cfg, r, c = self.cfg, self.cfg.run, self.cfg.cluster
         actor_env, actor_obs_space, _, action_space, stack = self.spaces
-        registry = ActorRegistry()  # who is connected: the gateway admits them, the collector serves them
+        registry = ActorRegistry(admission=self.admission)  # who is connected: the gateway admits them, the collector serves them
         targets = self._rank_targets()
         balancer = RankBalancer(registry.num_slots, *targets) if targets else None  # which rank a joiner goes to
         gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
@@ -329,7 +342,7 @@ class Learner:
             actor_env=actor_env, actor_obs_space=actor_obs_space, obs_space=obs_space, action_space=action_space,
             layout=self.layout, frame_stack=stack, device=str(self.device),
             policy_seed=r.seed + self.state["update"] + 1_000_003 * rank + 7_919 * (i + 1),
-            parent_pid=os.getpid(), rank_targets=targets if i == 0 else None,
+            parent_pid=os.getpid(), rank_targets=targets if i == 0 else None, admission=self.admission.split(k),
             shared_rows=not r.collect_only, flow_through=r.collect_only)  # (deterministic runs have one collector)
             for i in range(k)]
         served = [self.model, self.value_norm]

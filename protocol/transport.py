@@ -4,25 +4,53 @@ The learner binds (it is always there); actors and weight subscribers connect (t
 """
 from __future__ import annotations
 
+import multiprocessing.util
 import os
+import shutil
+import stat
 import sys
-import uuid
+import tempfile
 
 import zmq
 
 LINGER_MS = 0  # never let close() hang on a peer that went away
-LOCAL = "local"  # the learner's default address: reachable from this machine only
+LOCAL = "local"  # the learner's default address: reachable by this user on this machine only
+UNIX_PATH_MAX = 100  # bytes a Unix socket path may have (108 on Linux, 104 on macOS, with room for suffixes)
 
 
 def local_address(address: str) -> str:
-    """`local` as an address to bind: on Linux an abstract Unix socket named after this process (no file to
-    clean up, refused if taken; about 1 us less learner CPU per env step than TCP over loopback, see
-    benchmarks/learner_cpu_real_actors.py), elsewhere a free TCP port on 127.0.0.1. Any other address as it is."""
+    """`local` as an address to bind: a Unix socket file in a private directory of its own (mode 0700, under
+    $XDG_RUNTIME_DIR when set, else the temporary directory), removed when this process exits; a free TCP port
+    on 127.0.0.1 where there are no Unix sockets (Windows). Any other address as it is.
+
+    Why a file in a 0700 directory: the kernel checks the directory's search permission on connect(), so only
+    this user (and root) can reach the learner. An abstract socket (`ipc://@...`), used before, has no
+    permissions at all: any user could find it in /proc/net/unix and connect. pyzmq does not expose a ROUTER
+    connection's peer credentials (SO_PEERCRED), and libzmq's own check (ZMQ_IPC_FILTER_UID) is deprecated and
+    build-dependent; the directory's permission needs nothing from ZeroMQ. A Unix socket also costs the learner about 1 us less CPU per env step than TCP over
+    loopback (benchmarks/learner_cpu_real_actors.py)."""
     if address != LOCAL:
         return address
-    if sys.platform.startswith("linux"):
-        return f"ipc://@ppo-cluster-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    return "tcp://127.0.0.1:0"
+    if sys.platform == "win32":
+        return "tcp://127.0.0.1:0"
+    return f"ipc://{private_dir()}/learner.sock"
+
+
+def private_dir() -> str:
+    """A new directory only this user may enter (mkdtemp makes it 0700), removed when this process exits (not
+    after a kill -9: an empty 0700 directory, or one with a dead socket file, is left in the temporary directory)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or None
+    if base is not None and (not os.path.isdir(base) or len(base) > UNIX_PATH_MAX - 60):
+        base = None
+    path = tempfile.mkdtemp(prefix="ppo-cluster-", dir=base)
+    if len(path) > UNIX_PATH_MAX - 40:  # a long $TMPDIR: the socket path would not fit
+        os.rmdir(path)
+        path = tempfile.mkdtemp(prefix="ppo-cluster-", dir="/tmp")
+    os.chmod(path, stat.S_IRWXU)  # mkdtemp's mode already; said again so a umask or a port cannot widen it
+    # removed at exit, also from a fork-started multiprocessing child, which ends with os._exit: atexit handlers
+    # do not run there, multiprocessing's finalizers do (and run from atexit in any other process)
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
+    return path
 
 
 def _tune(sock: zmq.Socket, max_bytes: int, hwm: int) -> zmq.Socket:

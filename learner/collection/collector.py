@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from learner.gateway.registry import ActorEntry, ActorRegistry
+from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.framestack import LearnerFrameStack
 from learner.report.episodes import EpisodeStats
 from learner.gateway.gateway import Gateway
@@ -72,6 +72,7 @@ class Collector:
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
+        self.listened = None  # when the last poll ended (the gap to the next is the learner's, see _pump)
         self.watchdog = watchdog
         self.episodes = EpisodeStats()
 
@@ -194,7 +195,12 @@ class Collector:
             w.fresh = False
 
     def _pump(self, timeout_ms: int) -> None:
+        """Admit what arrived, act on it, retire the silent. A gap of PAUSE_S or more since the last poll (an
+        update, a weight load, the training process's commands) is the learner's own: the registry forgives it."""
+        if self.listened is not None and (gap := time.monotonic() - self.listened) >= PAUSE_S:
+            self.registry.deaf(gap)
         items = self.gateway.poll(timeout_ms)
+        self.listened = time.monotonic()
         if self.watchdog is not None:
             self.watchdog.pet()
         if items:
@@ -333,6 +339,3 @@ class Collector:
             for slot in actor.slots if buf is not None else ():
                 if slot in buf.column:
                     buf.mark_dead(buf.column[slot])
-
-    def forgive_pause(self) -> None:
-        self.registry.touch_all()

@@ -53,7 +53,6 @@ class LocalCollection:
 
     def after_update(self, version: int, rank_slots: list[int] | None) -> None:
         """The update is done (the policy serving the actors already follows it)."""
-        self.collector.forgive_pause()
         if self.balancer is not None and rank_slots is not None:
             self.balancer.after_update(rank_slots)
 

@@ -17,7 +17,7 @@ from multiprocessing.connection import wait
 import torch
 
 from learner.stalls import Stalled
-from learner.collection.process import BOARD_COLUMNS, READY, CollectorSpec, collector_main
+from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
 from learner.collection.shard import Shard, SharedRows, merge_shards
 from learner.report.episodes import EpisodeStats
 from learner.rollout.buffer import RolloutBuffer
@@ -28,6 +28,7 @@ from learner.weights.shared import SharedWeights
 log = logging.getLogger("learner")
 START_DEADLINE_S = 120.0  # a collector process that has not bound its socket by then will not
 CLOSE_GRACE_S = 10.0
+SILENT_FLOOR_S = 10.0  # a collector process without a sign of life for max(this, 2 x actor_timeout_s) is lost
 
 
 class CollectorLost(Stalled):
@@ -58,6 +59,7 @@ class CollectorPool:
         self.shared_rows = first.shared_rows
         c = first.cfg.cluster
         self.actor_timeout_s, self.startup_timeout_s = c.actor_timeout_s, c.startup_timeout_s
+        self.silent_s = max(SILENT_FLOOR_S, 2 * c.actor_timeout_s)  # see _check_alive
         self.board = torch.zeros(len(specs), BOARD_COLUMNS, dtype=torch.int64).share_memory_()
         self.halt = torch.zeros(1, dtype=torch.int8).share_memory_()
         self.procs, self.conns = [], []
@@ -189,11 +191,25 @@ class CollectorPool:
 
     def _watch(self, timeout_s: float) -> None:
         """Between rollouts a collector says nothing: anything readable is its error, or its death."""
+        self._check_alive(range(len(self.conns)))
         self._pet()
         for conn in wait(self.conns, timeout_s):
             k = self.conns.index(conn)
             message = self._receive(k)
             raise CollectorLost(f"collector {k}: {message[1] if message[0] == 'error' else message}")
+
+    def _check_alive(self, collectors) -> None:
+        """A collector process beats on the board at every pass of its loops (BeatingWatchdog); one silent for
+        silent_s is stopped (SIGSTOP) or hung: the run ends naming it (its last checkpoint kept), rather than
+        wait on it for ever."""
+        now_ms = int(time.monotonic() * 1000)
+        for k in collectors:
+            quiet = (now_ms - int(self.board[k, BEAT])) / 1000
+            if quiet > self.silent_s:
+                self.procs[k].kill()  # stopped or hung: it would not exit when told (SIGKILL ends a stopped one)
+                raise CollectorLost(f"collector {k} (pid {self.procs[k].pid}) showed no sign of life for {quiet:.0f}s: "
+                                    f"stopped or hung (the limit is {self.silent_s:g}s: twice cluster.actor_timeout_s, "
+                                    f"at least {SILENT_FLOOR_S:g}s)")
 
     def _pet(self) -> None:
         if self.watchdog is not None:
@@ -207,7 +223,8 @@ class CollectorPool:
             if should_stop():
                 self.halt[0] = 1
                 return None
-            self._pet()
+            self._check_alive([k for k in range(len(self.conns)) if k not in answers])
+            self._pet()  # only on the awaited collectors' signs of life: never while one of them is stopped
             for conn in wait([c for k, c in enumerate(self.conns) if k not in answers], 1.0):
                 k = self.conns.index(conn)
                 message = self._receive(k)

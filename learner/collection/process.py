@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,9 @@ from learner.model.normalize import ValueNormalizer
 from learner.report.metrics import log_name, setup_logging
 
 log = logging.getLogger("learner")
-READY, SLOTS, ADMITTED = 0, 1, 2  # the board's columns: env slots ready for the next rollout, live env slots,
-BOARD_COLUMNS = 3                  # and env slots ever handed out (joins so far, counted in envs)
+READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
+BOARD_COLUMNS = 4  # env slots, env slots ever handed out (joins so far, counted in envs), and the last sign of
+                   # life (CLOCK_MONOTONIC in ms, system-wide: the training process compares it with its own)
 IDLE_PUMP_MS = 50
 
 
@@ -72,6 +74,24 @@ class CollectorSpec:
     shared_rows: bool = True   # write into the training process's rollout (False in collect-only runs: nobody
     flow_through: bool = False  # trains on it, so each collector keeps its rows and flows through rollouts)
     rank_targets: tuple | None = None  # (targets, loads) on rank 0 of several ranks, collector 0: RankBalancer
+    admission: object = None  # this collector's share of what peers may claim (learner.gateway.admission)
+
+
+class BeatingWatchdog(Watchdog):
+    """A collector process's watchdog whose every pet also writes the process's heartbeat on the board, so the
+    training process tells a collector that is stopped (SIGSTOP) or hung from one whose rollout is slow."""
+
+    def __init__(self, log_path: Path, timeout_s: float, board: np.ndarray, index: int):
+        super().__init__(log_path, timeout_s)
+        self.board, self.index = board, index
+        self.beat()
+
+    def beat(self) -> None:
+        self.board[self.index, BEAT] = int(time.monotonic() * 1000)
+
+    def pet(self, budget_s: float | None = None) -> None:
+        super().pet(budget_s)
+        self.beat()
 
 
 class CollectorBalancer:
@@ -145,7 +165,7 @@ class CollectorProcess:
         self.model = build_model(spec.obs_space, spec.action_space, cfg.model).to(device)
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
         self.version = weights.load_into([self.model, self.value_norm])
-        self.registry = ActorRegistry()
+        self.registry = ActorRegistry(admission=spec.admission)
         self.ctx = zmq.Context()
         self.curve = self._curve()
         self.balancer = CollectorBalancer(self.registry.num_slots, board) if spec.index == 0 else None
@@ -157,8 +177,8 @@ class CollectorProcess:
                                wake=conn.fileno())  # a command ends the idle pump's wait at once
         policy = Inference(self.model, spec.action_space, device, None, seed=spec.policy_seed,
                            random_actions=cfg.run.random_policy, value_norm=self.value_norm)
-        self.watchdog = Watchdog(Path(spec.run_dir) / log_name(spec.rank),
-                                 max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
+        self.watchdog = BeatingWatchdog(Path(spec.run_dir) / log_name(spec.rank),
+                                        max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s), board, spec.index)
         c = cfg.cluster
         self.rows: dict[int, dict] = {}  # the training process's shared rollout arrays, by id (the last two)
         self.collector = Collector(self.gateway, self.registry, policy, cfg.ppo.num_steps, *spec.layout, device,
@@ -240,7 +260,6 @@ class CollectorProcess:
             self.rank_balancer.after_update(rank_slots)
         if version != self.version:
             self.version = self.weights.load_into([self.model, self.value_norm])
-        self.collector.forgive_pause()
         self.board[self.spec.index, READY] = 0
         try:
             rollout = self.collector.collect(0, self.should_stop, version, admit_first=False)

@@ -21,6 +21,7 @@ from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
+from learner.gateway.admission import AdmissionRefused
 from learner.gateway.registry import BAN_S, ActorEntry, ActorRegistry
 
 log = logging.getLogger("learner")
@@ -148,6 +149,7 @@ class Gateway:
         if (why := entry.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
             return self._reject(identity, entry, f"out of turn: {why}")
         entry.accept(msg)
+        self.registry.heard(entry)
         return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
 
     def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
@@ -180,7 +182,7 @@ class Gateway:
             self._send(identity, msg)
 
     def _handshake(self, identity: bytes, hs: m.Handshake) -> None:
-        problem = None
+        problem, later = None, False
         if hs.env_id is not None and hs.env_id != self.settings.env_id:
             problem = f"env {hs.env_id!r} does not match the learner's {self.settings.env_id!r}"
         elif hs.obs_space is not None and hs.obs_space.to_dict() != self.obs_space.to_dict():
@@ -197,8 +199,12 @@ class Gateway:
                               action_shape=self.action_space.shape, max_bytes=self.max_bytes)
             try:
                 entry = self.registry.join(identity, hs.name, hs.num_envs, hs.groups, expect)
-            except ValueError as exc:
-                problem = str(exc)
+            except AdmissionRefused as exc:  # full for now (rejoin: the actor retries later), or too greedy
+                problem, later = str(exc), exc.retry
+        if later:  # no strike: asking again later is what it was told to do
+            log.warning("handshake from %s deferred: %s", hs.name or f"peer {identity.hex()[:10]}", problem)
+            self._answer(identity, m.Error(problem, rejoin=True))
+            return None
         if problem is not None:
             self._reject(identity, None, f"handshake refused: {problem}")
             self._answer(identity, m.Error(problem))
@@ -212,7 +218,7 @@ class Gateway:
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
         if not entry.owes:  # its silence counts from now: time the learner spent inferring is not the actor's
-            entry.last_seen = time.monotonic()
+            self.registry.heard(entry)
         entry.owes.add(group)
         return self._send_frames(entry.identity, m.encode_actions(group, actions, version), entry)
 

@@ -6,6 +6,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from learner.gateway.admission import Admission, AdmissionRefused
 from protocol import messages as m
 from protocol.messages import Expect
 
@@ -13,6 +14,7 @@ MAX_STRIKES = 20  # rejected messages tolerated from one peer before it is banne
 MAX_ENV_SLOTS = 4096  # env slots one learner serves (each actor may host up to as many, see Handshake)
 MAX_TRACKED_PEERS = 4096  # strike and ban tables keep at most this many identities (oldest forgotten first)
 BAN_S = 600.0  # how long a ban lasts
+PAUSE_S = 0.25  # a gap this long between two polls is the learner's own pause (an update): nobody's silence
 
 
 @dataclass
@@ -24,6 +26,7 @@ class ActorEntry:
     groups: int
     expect: Expect
     last_seen: float = field(default_factory=time.monotonic)
+    deaf_at_seen: float = 0.0  # the registry's deaf_s when last_seen was set
     owes: set = field(default_factory=set)  # groups that owe a report: their first, or the outcome of actions
     started: set = field(default_factory=set)  # groups whose first report has arrived
     prepared: tuple[int, int] | None = None  # (envs built, envs in all) from its last Starting message
@@ -61,7 +64,6 @@ class ActorEntry:
             self.started.add(msg.group)
         elif isinstance(msg, m.Starting):
             self.prepared = (msg.built, msg.total)
-        self.last_seen = time.monotonic()
 
     def state(self) -> str:
         """Where this actor stands at start-up, for the learner's log."""
@@ -72,15 +74,18 @@ class ActorEntry:
 
 
 class ActorRegistry:
-    def __init__(self, max_envs: int = MAX_ENV_SLOTS):
+    def __init__(self, max_envs: int = MAX_ENV_SLOTS, admission: Admission | None = None):
+        """`admission`: the limits a handshake's claim is checked against (none: max_envs in all)."""
         self.by_identity: dict[bytes, ActorEntry] = {}
         self.next_actor_id = 0
         self.free_slots: list[int] = []
         self.next_slot = 0
         self.max_envs = max_envs
+        self.admission = admission
         self.strikes: OrderedDict[bytes, int] = OrderedDict()  # identity -> rejected messages (bounded)
         self.slot_uses: dict[int, int] = {}  # slot -> actors it has been assigned to so far
         self.bans: OrderedDict[bytes, float] = OrderedDict()  # identity -> when its ban ends (bounded)
+        self.deaf_s = 0.0  # seconds the learner spent not listening (its pauses), see silence()
 
     def __len__(self) -> int:
         return len(self.by_identity)
@@ -96,8 +101,10 @@ class ActorRegistry:
 
     def join(self, identity: bytes, name: str, num_envs: int, groups: int, expect: Expect) -> ActorEntry:
         """Assign slots, reusing those of departed actors first so slot ids (and env seeds) stay compact."""
+        if self.admission is not None:
+            self.admission.check(num_envs, self.num_slots())  # AdmissionRefused, a ValueError
         if self.num_slots() + num_envs > self.max_envs:
-            raise ValueError(f"joining would exceed the limit of {self.max_envs} env slots")
+            raise AdmissionRefused(f"joining would exceed the limit of {self.max_envs} env slots", retry=True)
         self.free_slots.sort()
         slots = []
         while len(slots) < num_envs:
@@ -113,6 +120,7 @@ class ActorRegistry:
                            reuses=reuses)
         self.next_actor_id += 1
         self.by_identity[identity] = entry
+        self.heard(entry)
         return entry
 
     def leave(self, identity: bytes) -> ActorEntry | None:
@@ -140,15 +148,26 @@ class ActorRegistry:
         del self.bans[identity]
         return False
 
-    def overdue(self, timeout_s: float, now: float | None = None) -> list[ActorEntry]:
-        now = time.monotonic() if now is None else now
-        return [a for a in self.by_identity.values() if a.owes and now - a.last_seen > timeout_s]
+    def heard(self, entry: ActorEntry, now: float | None = None) -> None:
+        """`entry` spoke (or was just asked to): its silence counts from now."""
+        entry.last_seen = time.monotonic() if now is None else now
+        entry.deaf_at_seen = self.deaf_s
 
-    def touch_all(self) -> None:
-        """Forgive the time the learner itself spent away (an update): actors could not answer then."""
-        now = time.monotonic()
-        for a in self.by_identity.values():
-            a.last_seen = now
+    def deaf(self, seconds: float) -> None:
+        """The learner did not listen for `seconds` (an update, a slow load): nobody's silence meanwhile
+        counts, since what a peer sent then waits unread in the socket's queue."""
+        self.deaf_s += seconds
+
+    def silence(self, entry: ActorEntry, now: float | None = None) -> float:
+        """How long the learner has listened without hearing from `entry`."""
+        now = time.monotonic() if now is None else now
+        return now - entry.last_seen - (self.deaf_s - entry.deaf_at_seen)
+
+    def overdue(self, timeout_s: float, now: float | None = None) -> list[ActorEntry]:
+        """Peers that owe a message (a report, or their first) and were silent for timeout_s of the learner's
+        listening: a peer's own silence, whatever the learner's pauses, and only its own."""
+        now = time.monotonic() if now is None else now
+        return [a for a in self.by_identity.values() if a.owes and self.silence(a, now) > timeout_s]
 
 
 def _put_bounded(table: OrderedDict, key, value) -> None:

@@ -177,7 +177,7 @@ def test_two_default_config_runs_at_once_both_train(tmp_path):
     addresses = [json.loads((d / "endpoints.json").read_text())["address"] for d in dirs]
     assert addresses[0] != addresses[1] and not any(a.endswith((":5555", ":5556")) for a in addresses), addresses
     if sys.platform.startswith("linux"):  # cluster.address = 'local': the actors came over a Unix socket
-        assert all(a.startswith("ipc://@ppo-cluster-") for a in addresses), addresses
+        assert all(a.startswith("ipc:///") and "/ppo-cluster-" in a for a in addresses), addresses
 
 
 def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path):

@@ -1,0 +1,450 @@
+"""Fault injection (issue 32): one small CartPole training run taken through a scripted sequence of faults.
+
+    python benchmarks/chaos.py                                  # every fault, about 5 minutes on 2 cores
+    python benchmarks/chaos.py --faults kill-actor,ghost,greedy # a subset, in the order given
+
+The run: configs/cartpole.toml (2 actors x 4 envs) with 2 collector processes, cluster.actor_timeout_s=2 and a
+checkpoint every 5 updates, in a temporary directory (on a 64 MB tmpfs when root may mount one: the disk-full
+fault fills it). Each fault waits for the run to train with all its 8 env slots, injects the fault, and measures
+
+  * detected: seconds until the system showed it noticed (the event in metrics.jsonl, the refusal answered,
+    the run ending with its reason);
+  * recovered: seconds until training went on again with all 8 env slots (after a --resume where the fault
+    ended the run);
+  * updates lost, episodes lost: those past the checkpoint a resume went on from (0 when the run went on);
+  * memory peak: the largest resident memory of the learner and its collector processes meanwhile (MB).
+
+A fault is survived when training went on with every env slot within its deadline and no checkpoint was lost
+(the newest checkpoint before the fault still loads, or a newer one does). The last line says how many were,
+e.g. "10 of 10 faults survived, 0 checkpoints lost". Exit status 0 when all were, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+for path in (str(HERE), str(REPO)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from procfs import kill, kill_group, read_metrics, read_rss_mb  # noqa: E402
+
+SLOTS = 8  # configs/cartpole.toml: 2 actors x 4 envs
+LAUNCH = ["--config", "configs/cartpole.toml", "--total-steps", "100000000", "--set", "cluster.collectors=2",
+          "--set", "cluster.actor_timeout_s=2", "--set", "run.checkpoint_every=5"]
+DEADLINE_S = 60.0  # for each wait of a fault: detection, recovery
+
+
+class Failed(Exception):
+    """A wait of a fault ran past its deadline: the fault is not survived."""
+
+
+@dataclass
+class Row:
+    fault: str
+    detected_s: float | None = None
+    recovered_s: float | None = None
+    updates_lost: int = 0
+    episodes_lost: int = 0
+    memory_peak_mb: float = 0.0
+    survived: bool = False
+    note: str = ""
+
+
+class Run:
+    """The training run under test: (re)started with launch.py, watched through its run directory."""
+
+    def __init__(self, run_dir: Path, logs: Path):
+        """`logs`: where each start's console output goes (not in run_dir, which the disk-full fault fills)."""
+        self.run_dir, self.logs, self.proc, self.starts, self.peak = run_dir, logs, None, 0, 0.0
+        self._sampling = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def start(self, resume: bool) -> None:
+        self.starts += 1
+        where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
+        console = open(self.logs / f"console-{self.starts}.txt", "w")
+        self.proc = subprocess.Popen([sys.executable, "launch.py", *LAUNCH, *where], cwd=REPO, stdout=console,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._sampling.set()
+
+    def console(self) -> str:
+        return (self.logs / f"console-{self.starts}.txt").read_text(errors="replace")
+
+    def live(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rows(self) -> list[dict]:
+        return read_metrics(self.run_dir / "metrics.jsonl")
+
+    def last(self) -> dict:
+        rows = self.rows()
+        return rows[-1] if rows else {"update": 0, "episodes": 0}
+
+    def info(self, name: str) -> dict:
+        try:
+            return json.loads((self.run_dir / name).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def server_pids(self) -> list[int]:
+        info = self.info("endpoints.json")
+        return [info.get("pid", 0), *(c["pid"] for c in info.get("collectors", []) if c["pid"] != info.get("pid"))]
+
+    def _sample(self) -> None:
+        while True:
+            self._sampling.wait()
+            mb = sum(read_rss_mb(p) or 0.0 for p in self.server_pids() if p)
+            self.peak = max(self.peak, mb)
+            time.sleep(0.2)
+
+    def take_peak(self) -> float:
+        peak, self.peak = self.peak, 0.0
+        return round(peak, 1)
+
+    def trained_after(self, update: int) -> bool:
+        """An update past `update` with every env slot in it."""
+        return any(r["update"] > update and r["env_slots"] == SLOTS for r in self.rows())
+
+    def event_after(self, update: int, text: str) -> bool:
+        return any(r["update"] > update and any(text in e for e in r.get("events", [])) for r in self.rows())
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.live():
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_group(self.proc.pid)
+        self.proc.wait()
+        self._sampling.clear()
+        return self.proc.returncode
+
+
+def wait(predicate, what: str, since: float, timeout: float = DEADLINE_S) -> float:
+    """Seconds from `since` until predicate() holds (polled every 0.1 s); Failed past the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return round(time.monotonic() - since, 1)
+        time.sleep(0.1)  # polling files another process writes, not synchronization
+    raise Failed(f"no {what} within {timeout:g}s")
+
+
+def newest_checkpoint(run_dir: Path) -> int:
+    """The update of the newest checkpoint that loads (-1: none)."""
+    from learner.weights import checkpoint
+    path, _, _ = checkpoint.load_newest(run_dir)
+    return -1 if path is None else int(path.stem.split("_")[-1])
+
+
+def ready(run: Run) -> None:
+    """The run is training with every env slot (restarted with --resume if a fault ended it)."""
+    if not run.live():
+        run.start(resume=any((run.run_dir / "checkpoints").glob("ckpt_*.pt")))
+    u = run.last()["update"]
+    wait(lambda: run.trained_after(u), "update with every env slot", time.monotonic(), timeout=120)
+
+
+def resume(run: Run, row: Row, before: dict, t0: float) -> None:
+    """The fault ended the run: count what was lost, resume, and time the recovery from t0."""
+    rows = {r["update"]: r for r in run.rows()}
+    last = max(rows) if rows else 0
+    kept = newest_checkpoint(run.run_dir)
+    row.updates_lost = max(0, last - kept)
+    row.episodes_lost = max(0, rows.get(last, before).get("episodes", 0) - rows.get(kept, before).get("episodes", 0))
+    old = run.info("endpoints.json").get("pid")
+    run.start(resume=True)  # the new learner drops the rows past `kept` before it writes its endpoints.json
+    wait(lambda: run.info("endpoints.json").get("pid") not in (None, old), "resumed learner", t0, timeout=120)
+    row.recovered_s = wait(lambda: run.trained_after(kept), "update after the resume", t0, timeout=120)
+
+
+# ----------------------------------------------------------------------------------------------- the faults
+
+def kill_actor(run: Run, row: Row) -> None:
+    u, pid, t0 = run.last()["update"], run.info("processes.json")["actors"]["0"], time.monotonic()
+    kill(pid, signal.SIGKILL)
+    row.detected_s = wait(lambda: run.event_after(u, "actor-0 left"), "retirement of actor-0", t0)
+    row.recovered_s = wait(lambda: run.event_after(u, "actor-0 joined") and run.trained_after(run.last()["update"] - 1),
+                           "restarted actor-0 back", t0)
+
+
+def stop_actor(run: Run, row: Row) -> None:
+    u, pid, t0 = run.last()["update"], run.info("processes.json")["actors"]["1"], time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        row.detected_s = wait(lambda: run.event_after(u, "actor-1 left: silent"), "retirement of actor-1", t0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    row.recovered_s = wait(lambda: run.event_after(u, "actor-1 joined") and run.trained_after(run.last()["update"] - 1),
+                           "actor-1 rejoined", t0)
+
+
+def _client(address: str):
+    import zmq
+    from protocol.transport import connect_dealer
+    ctx = zmq.Context()
+    return ctx, connect_dealer(ctx, address, 64 << 20)
+
+
+def _answer(sock, timeout_s: float = 30.0):
+    from protocol import messages as m
+    if not sock.poll(int(timeout_s * 1000)):
+        raise Failed("the learner did not answer")
+    return m.decode(sock.recv_multipart())
+
+
+def ghost(run: Run, row: Row) -> None:
+    from protocol import messages as m
+    ctx, sock = _client(run.info("endpoints.json")["address"])
+    try:
+        u, t0 = run.last()["update"], time.monotonic()
+        sock.send_multipart(m.encode(m.Handshake(4, "ghost")))
+        if not isinstance(_answer(sock), m.Welcome):
+            raise Failed("the ghost was not welcomed")
+        row.detected_s = wait(lambda: run.event_after(u, "ghost left: silent"), "retirement of the ghost", t0)
+        row.recovered_s = row.detected_s  # its slots are free again from then on
+    finally:
+        ctx.destroy(linger=0)
+
+
+def greedy(run: Run, row: Row) -> None:
+    from protocol import messages as m
+    ctx, sock = _client(run.info("endpoints.json")["address"])
+    try:
+        u, t0 = run.last()["update"], time.monotonic()
+        sock.send_multipart(m.encode(m.Handshake(4092, "greedy")))
+        answer = _answer(sock)
+        if not isinstance(answer, m.Error):
+            raise Failed(f"the greedy claim was answered {type(answer).__name__}")
+        row.detected_s, row.note = round(time.monotonic() - t0, 1), answer.reason[:60]
+        row.recovered_s = wait(lambda: run.trained_after(u), "update after the claim", t0)
+    finally:
+        ctx.destroy(linger=0)
+
+
+def flood(run: Run, row: Row) -> None:
+    import zmq
+    address, u, t0 = run.info("endpoints.json")["address"], run.last()["update"], time.monotonic()
+    rejected = run.last().get("rejected_messages", 0)
+    ctx = zmq.Context()
+    try:
+        for i in range(50):  # 50 identities x 100 malformed messages, some of them large
+            ctx_sock = ctx.socket(zmq.DEALER)
+            ctx_sock.setsockopt(zmq.LINGER, 0)
+            ctx_sock.connect(address)
+            for j in range(100):
+                ctx_sock.send_multipart([os.urandom(16 if j % 10 else 1 << 16), b"\x00" * (j % 7)])
+        row.detected_s = wait(lambda: run.last().get("rejected_messages", 0) > rejected, "rejections counted", t0)
+        after = run.last()["update"]
+        row.recovered_s = wait(lambda: run.trained_after(after), "update after the flood", t0)
+        row.note = f"{run.last().get('rejected_messages', 0) - rejected} rejected"
+    finally:
+        ctx.destroy(linger=0)
+
+
+def out_of_turn(run: Run, row: Row) -> None:
+    import numpy as np
+    from protocol import messages as m
+    ctx, sock = _client(run.info("endpoints.json")["address"])
+    try:
+        u, t0 = run.last()["update"], time.monotonic()
+        sock.send_multipart(m.encode(m.Handshake(1, "rogue")))
+        if not isinstance(_answer(sock), m.Welcome):
+            raise Failed("the rogue was not welcomed")
+        sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
+                                                  np.zeros(1, bool), np.zeros(1, bool))))  # before its first
+        answer = _answer(sock)
+        if not isinstance(answer, m.Error):
+            raise Failed(f"out-of-turn report answered {type(answer).__name__}")
+        row.detected_s = round(time.monotonic() - t0, 1)
+        row.recovered_s = wait(lambda: run.trained_after(u), "update after the offence", t0)
+    finally:
+        ctx.destroy(linger=0)
+
+
+def second_run(run: Run, row: Row) -> None:
+    """Another launch.py on the held directory must be refused, and the first run go on untouched."""
+    u, t0 = run.last()["update"], time.monotonic()
+    attempts = [["--run-dir", str(run.run_dir)]]
+    if "fcntl" in (REPO / "launch.py").read_text():
+        attempts.append(["--resume", str(run.run_dir)])
+    else:
+        row.note = "--resume of a live run skipped: run-dir lock not on this branch"
+    for where in attempts:
+        second = subprocess.run([sys.executable, "launch.py", *LAUNCH, *where], cwd=REPO, capture_output=True,
+                                text=True, timeout=DEADLINE_S, start_new_session=True)
+        if second.returncode != 2:
+            raise Failed(f"a second run with {where[0]} exited {second.returncode}: {second.stdout[-300:]}")
+    row.detected_s = round(time.monotonic() - t0, 1)
+    row.recovered_s = wait(lambda: run.trained_after(u), "update of the first run", t0)
+
+
+def stop_collector(run: Run, row: Row) -> None:
+    """SIGSTOP a collector process: the run must end, naming it, within its deadline; then --resume."""
+    before, pid, t0 = run.last(), run.info("endpoints.json")["collectors"][1]["pid"], time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        row.detected_s = wait(lambda: "showed no sign of life" in run.console(), "the stopped collector named", t0)
+        wait(lambda: not run.live(), "end of the run", t0)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    row.note = f"run ended {round(time.monotonic() - t0, 1)} s after the stop, exit {run.proc.returncode}"
+    if run.proc.returncode == 0:
+        raise Failed("the run ended with exit 0")
+    resume(run, row, before, t0)
+
+
+def _updates_in_console(run: Run) -> int:
+    lines = [line for line in run.console().splitlines() if " INFO update " in line]
+    return int(lines[-1].split(" INFO update ")[1].split()[0]) if lines else 0
+
+
+def _checkpoint_failed(run: Run) -> bool:
+    text = run.console().lower()
+    return any(("checkpoint" in line or "torch.save" in line or "serialization" in line) and
+               ("space" in line or "errno 28" in line) for line in text.splitlines())
+
+
+def disk_full(run: Run, row: Row) -> None:
+    """Fill the run directory's tmpfs and keep it full until a checkpoint was due (or the run ended); free it;
+    the run must go on, or resume from a checkpoint that is intact."""
+    before, t0 = run.last(), time.monotonic()
+    due = (_updates_in_console(run) // 5 + 2) * 5  # past the next multiple of run.checkpoint_every
+    filler = run.run_dir.parent / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (1 << 20, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * chunk):
+                    pass
+            except OSError:  # ENOSPC: on to a smaller chunk
+                pass
+    finally:
+        os.close(fd)
+    try:
+        wait(lambda: not run.live() or _checkpoint_failed(run) or _updates_in_console(run) >= due,
+             "checkpoint due", t0)
+        row.detected_s = round(time.monotonic() - t0, 1)
+        said = _checkpoint_failed(run) or not run.live()
+    finally:
+        filler.unlink()
+    if not said:
+        row.note = "a checkpoint was due on the full disk and nothing said it failed"
+    if run.live():
+        after = run.last()["update"]
+        row.recovered_s = wait(lambda: run.trained_after(after), "update after", t0)
+    else:
+        row.note = f"the run ended (exit {run.proc.returncode}); resumed"
+        resume(run, row, before, t0)
+
+
+def kill_learner(run: Run, row: Row) -> None:
+    before, pid, t0 = run.last(), run.info("endpoints.json")["pid"], time.monotonic()
+    kill(pid, signal.SIGKILL)
+    row.detected_s = wait(lambda: not run.live(), "end of the run", t0)
+    resume(run, row, before, t0)
+
+
+FAULTS = {"kill-actor": kill_actor, "stop-actor": stop_actor, "ghost": ghost, "greedy": greedy, "flood": flood,
+          "out-of-turn": out_of_turn, "second-run": second_run, "stop-collector": stop_collector,
+          "disk-full": disk_full, "kill-learner": kill_learner}
+
+
+# ----------------------------------------------------------------------------------------------- main
+
+def mount_tmpfs(path: Path) -> str | None:
+    """A 64 MB tmpfs at path (None), or why not."""
+    if os.geteuid() != 0:
+        return "skipped: not root (a tmpfs to fill needs root)"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(path)], capture_output=True,
+                          text=True)
+    return None if done.returncode == 0 else f"skipped: cannot mount a tmpfs ({done.stderr.strip()[:80]})"
+
+
+def fmt(x) -> str:
+    return "-" if x is None else str(x)
+
+
+def print_row(row: Row) -> None:
+    cells = [row.fault, fmt(row.detected_s), fmt(row.recovered_s), row.updates_lost, row.episodes_lost,
+             row.memory_peak_mb, "yes" if row.survived else ("skipped" if row.note.startswith("skipped") else "NO"),
+             row.note]
+    print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
+
+
+def run_fault(run: Run, name: str, row: Row) -> bool:
+    """Inject one fault; True when a checkpoint was lost meanwhile."""
+    ready(run)
+    kept = newest_checkpoint(run.run_dir)
+    run.take_peak()
+    try:
+        FAULTS[name](run, row)
+        ready(run)
+        row.survived = True
+    except Failed as exc:
+        row.note = f"{row.note}; {exc}".strip("; ")
+    row.memory_peak_mb = run.take_peak()
+    lost = newest_checkpoint(run.run_dir) < kept
+    row.survived = row.survived and not lost
+    return lost
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated, in order (default: all)")
+    args = p.parse_args(argv)
+    names = [f for f in args.faults.split(",") if f]
+    if unknown := [f for f in names if f not in FAULTS]:
+        p.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
+    base = Path(tempfile.mkdtemp(prefix="chaos-"))
+    (base / "fs").mkdir()
+    no_tmpfs = mount_tmpfs(base / "fs")
+    run, rows, lost = Run(base / "fs" / "run", base), [], 0
+    started = time.monotonic()
+    print(f"chaos: CartPole, 2 actors x 4 envs, 2 collectors, in {base}\n")
+    print("| fault | detected after s | recovered after s | updates lost | episodes lost | memory peak MB | survived | note |")
+    print("|---|---:|---:|---:|---:|---:|---|---|", flush=True)
+    try:
+        for name in names:
+            row = Row(name)
+            if name == "disk-full" and no_tmpfs:
+                row.note = no_tmpfs
+            else:
+                lost += run_fault(run, name, row)
+            rows.append(row)
+            print_row(row)
+    finally:
+        run.stop()
+        if run.run_dir.exists():  # its logs, kept beside the consoles (the tmpfs goes)
+            shutil.copytree(run.run_dir, base / "run", ignore=shutil.ignore_patterns("tb", "*.pt"))
+        if not no_tmpfs:
+            subprocess.run(["umount", "-l", str(base / "fs")], check=False)
+    ran = [r for r in rows if not r.note.startswith("skipped")]
+    survived = sum(r.survived for r in ran)
+    skipped = f" ({len(rows) - len(ran)} skipped)" if len(ran) < len(rows) else ""
+    print(f"\n{time.monotonic() - started:.0f} s in all; logs in {base}")
+    print(f"{survived} of {len(ran)} faults survived, {lost} checkpoints lost{skipped}")
+    return 0 if survived == len(ran) and lost == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

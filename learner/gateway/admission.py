@@ -1,0 +1,124 @@
+"""What peers may claim: env slots per actor and in all, bounded by a memory budget derived from the config and
+the machine's memory, so that nothing one local client claims can grow the learner past the budget.
+
+The learner's memory per env slot is its rollout columns: (num_steps + 1) observations and a few scalars per
+step, held ROLLOUT_COPIES times (the rollout being filled, the previous one kept for reuse or trained on, and
+the update's batch). A handshake whose claim would pass a limit is refused: over the per-actor limit for good
+(retrying would not help), over the total for now (the actor retries; slots free up as peers leave).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+ROLLOUT_COPIES = 3  # rollouts of one slot alive at once: filling, previous (reused / trained on), the batch
+STEP_SCALARS_BYTES = 32  # per step and slot besides the observation: action, log-prob, value, reward, flags
+DEFAULT_BUDGET_SHARE = 0.5  # cluster.memory_budget_mb = 0: this share of the machine's physical memory
+DEFAULT_PER_ACTOR = 256  # cluster.max_envs_per_actor = 0: at most this many (or the run's own envs, if more)
+HARD_MAX_ENVS = 4096  # env slots one learner serves, whatever the budget (see registry.MAX_ENV_SLOTS)
+
+
+class AdmissionRefused(ValueError):
+    """A claim over a limit. `retry`: over the total only (others hold the slots; they may free up)."""
+
+    def __init__(self, reason: str, retry: bool):
+        super().__init__(reason)
+        self.retry = retry
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine (0 when the platform does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def slot_bytes(obs_shape: tuple, obs_dtype: str, num_steps: int) -> int:
+    """The learner's memory for one env slot: ROLLOUT_COPIES rollouts of its column."""
+    obs = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(obs_dtype).itemsize
+    return ROLLOUT_COPIES * (num_steps + 1) * (obs + STEP_SCALARS_BYTES)
+
+
+@dataclass(frozen=True)
+class Admission:
+    budget_bytes: int  # for all peers' rollout memory together
+    slot_bytes: int  # one env slot's share of it
+    max_envs: int  # env slots all peers together may hold
+    max_envs_per_actor: int  # env slots one peer may claim
+
+    @classmethod
+    def of(cls, budget_mb: int, per_actor: int, run_envs: int, obs_shape: tuple, obs_dtype: str, num_steps: int,
+           memory_bytes: int | None = None) -> "Admission":
+        """From the config (cluster.memory_budget_mb, cluster.max_envs_per_actor: 0 derives them) and the
+        machine's memory."""
+        memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
+        budget = budget_mb << 20 if budget_mb else int(memory * DEFAULT_BUDGET_SHARE) or (8 << 30)
+        each = slot_bytes(obs_shape, obs_dtype, num_steps)
+        total = max(0, min(HARD_MAX_ENVS, budget // each))
+        return cls(budget, each, total, min(total, per_actor or max(DEFAULT_PER_ACTOR, run_envs)))
+
+    def split(self, parts: int) -> "Admission":
+        """Each of `parts` collectors' share of the total (each admits its own joiners)."""
+        if parts <= 1:
+            return self
+        share = self.max_envs // parts
+        return Admission(self.budget_bytes // parts, self.slot_bytes, share, min(self.max_envs_per_actor, share))
+
+    def check(self, claimed: int, held: int) -> None:
+        """Raise AdmissionRefused unless a peer may claim `claimed` env slots while `held` are taken."""
+        if claimed > self.max_envs_per_actor:
+            raise AdmissionRefused(
+                f"claims {claimed} envs, more than the {self.max_envs_per_actor} one actor may hold "
+                f"(cluster.max_envs_per_actor; the memory budget is {_mb(self.budget_bytes)}, "
+                f"{_mb(self.slot_bytes)} per env slot)", retry=False)
+        if held + claimed > self.max_envs:
+            raise AdmissionRefused(
+                f"full: {held} of {self.max_envs} env slots are held and {claimed} more would pass the memory "
+                f"budget of {_mb(self.budget_bytes)} (cluster.memory_budget_mb); try again later", retry=True)
+
+    def describe(self, run_envs: int) -> str:
+        """The one start-up line: the budget, what it admits, and what this run's own actors will use."""
+        return (f"memory budget {_mb(self.budget_bytes)} for rollouts ({_mb(self.slot_bytes)} per env slot): "
+                f"up to {self.max_envs} env slots, {self.max_envs_per_actor} per actor; this run's {run_envs} "
+                f"env slots will use {_mb(run_envs * self.slot_bytes)}")
+
+
+def check_run_fits(admission: Admission, run_envs: int, min_envs: int) -> str | None:
+    """Why the run's own actors could never fit the budget (None: they fit)."""
+    need = max(run_envs, min_envs)
+    if need > admission.max_envs:
+        return (f"the run's {need} env slots need {_mb(need * admission.slot_bytes)} of rollout memory, more than "
+                f"the memory budget of {_mb(admission.budget_bytes)} (cluster.memory_budget_mb): "
+                f"fewer envs, a shorter ppo.num_steps or a larger budget")
+    return None
+
+
+def check_admission_config(cfg) -> str | None:
+    """The admission keys in range, and an update that is not absurd (None: fine); called by config.validate."""
+    c = cfg.cluster
+    if c.memory_budget_mb < 0:
+        return f"cluster.memory_budget_mb must be >= 0 (0: half of this machine's memory), got {c.memory_budget_mb}"
+    if not 0 <= c.max_envs_per_actor <= HARD_MAX_ENVS:
+        return f"cluster.max_envs_per_actor must be in [0, {HARD_MAX_ENVS}] (0: derived), got {c.max_envs_per_actor}"
+    width = 0 if cfg.run.collect_only else max(cfg.num_envs, c.min_envs)  # 0: no update, or actors only from elsewhere
+    return check_update_shape(width, cfg.ppo.num_steps, cfg.ppo.num_minibatches) if width else None
+
+
+def check_update_shape(num_envs: int, num_steps: int, num_minibatches: int) -> str | None:
+    """Why the update the config describes would be absurd (None: it is not): a minibatch must hold at least
+    one sample of the run's own rollout (num_envs x num_steps)."""
+    samples = num_envs * num_steps
+    if num_minibatches > samples:
+        return (f"ppo.num_minibatches = {num_minibatches} is more than the {samples} samples of a rollout "
+                f"(cluster envs {num_envs} x ppo.num_steps {num_steps}): a minibatch would hold less than one sample")
+    return None
+
+
+def _mb(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GB"
+    return f"{math.ceil(n / (1 << 20))} MB" if n >= 1 << 20 else f"{math.ceil(n / 1024)} KB"

@@ -1,0 +1,64 @@
+"""Admission limits from a memory budget, and the silence clock that forgives only the learner's own pauses."""
+import pytest
+
+from learner.gateway.admission import (ROLLOUT_COPIES, Admission, AdmissionRefused, check_run_fits,
+                                       check_update_shape, slot_bytes)
+from learner.gateway.registry import ActorRegistry
+
+BREAKOUT = ((4, 84, 84), "uint8", 128)
+
+
+def test_the_limits_follow_the_budget_and_the_rollout_shape():
+    each = slot_bytes(*BREAKOUT)
+    assert each == ROLLOUT_COPIES * 129 * (4 * 84 * 84 + 32)
+    a = Admission.of(1024, 0, 8, *BREAKOUT)
+    assert a.max_envs == (1024 << 20) // each and a.max_envs_per_actor == a.max_envs  # fewer than 256 fit
+    half = Admission.of(0, 0, 8, *BREAKOUT, memory_bytes=64 << 30)
+    assert half.budget_bytes == 32 << 30 and half.max_envs_per_actor == 256
+    assert half.split(2).max_envs == half.max_envs // 2
+
+
+def test_a_greedy_claim_is_refused_for_good_and_a_full_learner_says_later():
+    a = Admission.of(1024, 16, 8, *BREAKOUT)
+    with pytest.raises(AdmissionRefused, match="claims 4092 envs, more than the 16 one actor may hold") as exc:
+        a.check(4092, 0)
+    assert not exc.value.retry
+    with pytest.raises(AdmissionRefused, match="full") as exc:
+        a.check(16, a.max_envs - 8)
+    assert exc.value.retry
+    a.check(8, a.max_envs - 8)
+
+
+def test_a_registry_with_a_budget_holds_no_more_than_it_admits():
+    a = Admission.of(1024, 16, 8, *BREAKOUT)
+    registry = ActorRegistry(admission=a)
+    for i in range(a.max_envs // 16):
+        registry.join(bytes([i]), f"a{i}", 16, 1, None)
+    with pytest.raises(AdmissionRefused):
+        registry.join(b"late", "late", 16, 1, None)
+    assert registry.num_slots() <= a.max_envs
+
+
+def test_runs_and_updates_that_cannot_work_are_named():
+    assert "more than the memory budget" in check_run_fits(Admission.of(64, 0, 8, *BREAKOUT), 64, 0)
+    assert check_run_fits(Admission.of(1024, 0, 8, *BREAKOUT), 8, 0) is None
+    assert "less than one sample" in check_update_shape(8, 128, 100_000)
+    assert check_update_shape(8, 128, 1024) is None
+
+
+def test_only_silence_while_the_learner_listens_counts():
+    registry = ActorRegistry()
+    ghost = registry.join(b"ghost", "ghost", 2, 1, None)
+    ghost.owes = {0}  # its first report
+    now = ghost.last_seen
+    registry.deaf(100.0)  # an update of 100 s: nobody's silence
+    assert registry.overdue(2.0, now + 101.0) == []
+    assert registry.overdue(2.0, now + 103.0) == [ghost]  # 3 s of listening: its own silence
+
+
+def test_a_run_of_actors_from_elsewhere_only_is_not_judged_by_its_zero_local_envs():
+    from learner.config import load
+    cfg = load("configs/cartpole.toml", ["cluster.actors=0"])
+    assert cfg.num_envs == 0  # and load() validated it: no "0 samples" refusal
+    with pytest.raises(Exception, match="less than one sample"):
+        load("configs/cartpole.toml", ["cluster.actors=0", "cluster.min_envs=2", "ppo.num_minibatches=65"])
