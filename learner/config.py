@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from learner.gateway.registry import MAX_ENV_SLOTS
+from protocol import compression
 from protocol.settings import EnvSettings
 from protocol.transport import LOCAL
 
@@ -84,6 +85,8 @@ class ClusterConfig:
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: int = 64
     """largest message accepted on a socket"""
+    codec: str = "auto"
+    """how actors' observation frames travel: 'auto' (zstd for actors over TCP beyond loopback, raw on the local socket and 127.0.0.1), 'none' (raw), 'zstd' or 'lz4' (when the actor has it; raw for actors without). See docs/scaling.md"""
     server_key: str = ""
     """CURVE: the learner's secret key file (required to bind beyond loopback)"""
     allowed_keys: str = ""
@@ -402,6 +405,8 @@ def validate(cfg: Config) -> None:
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")
+    _require(c.codec in ("auto", "none", *compression.available()), f"cluster.codec must be auto, none or a codec "
+             f"installed here ({', '.join(compression.available()) or 'none installed'}), got {c.codec!r}")
     _require(p.num_steps >= 1, f"ppo.num_steps must be >= 1, got {p.num_steps}")
     _require(0 <= p.gamma <= 1, f"ppo.gamma must be in [0, 1], got {p.gamma}")
     _require(0 <= p.gae_lambda <= 1, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
