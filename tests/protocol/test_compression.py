@@ -133,18 +133,18 @@ def test_a_frame_without_its_size_inflates_no_further_than_the_header_declares()
         m.decode([frames[0], bomb], expect=expect_for(k=3))
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+@pytest.mark.parametrize("damage", ["magic", "truncate", "garbage"])
 def test_a_corrupt_frame_is_a_protocol_error(damage):
-    frames = m.encode(_report(_scene(6)), compression.Sender("zstd"))
+    frames = m.encode(recorded(GAMES[1])[5], compression.Sender("zstd"))
     data = bytearray(frames[1])
-    if damage == "flip":
-        data[len(data) // 2:len(data) // 2 + 8] = bytes(8)
+    if damage == "magic":
+        data[:4] = b"PK\x03\x04"
     elif damage == "truncate":
         data = data[:len(data) // 2]
     else:
         data = bytearray(b"not zstd at all")
     with pytest.raises(ProtocolError, match="compressed frame"):
-        m.decode([frames[0], bytes(data)], expect=expect_for(k=3))
+        m.decode([frames[0], bytes(data)], expect=expect_for())
 
 
 def test_compressed_frames_where_none_was_agreed_get_a_clear_error():

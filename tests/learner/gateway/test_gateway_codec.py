@@ -105,7 +105,7 @@ def test_compressed_reports_arrive_exactly_and_a_corrupt_one_costs_only_its_send
     obs = np.random.default_rng(0).integers(0, 255, (2, 84, 84), dtype=np.uint8)
     good.send_multipart(m.encode(_first(obs), compression.Sender("zstd")))
     frames = m.encode(_first(obs), compression.Sender("zstd"))
-    bad.send_multipart([frames[0], bytes(frames[1])[:-20] + bytes(20)])
+    bad.send_multipart([frames[0], bytes(frames[1])[:-20]])  # cut short
     wire.drain(lambda: len(wire.gateway.registry) == 1, "the corrupt sender's retirement")
     wire.drain(lambda: wire.admitted, "the good report")
     (item,) = wire.admitted
