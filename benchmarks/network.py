@@ -124,9 +124,12 @@ async def _proxy(listen: str, upstream: str) -> None:
     up_host, up_port = upstream.rsplit(":", 1)
 
     async def handle(reader, writer):
-        up_reader, up_writer = await asyncio.open_connection(up_host, int(up_port))
-        await asyncio.gather(_pump(reader, up_writer, state), _pump(up_reader, writer, state),
-                             return_exceptions=True)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(up_host, int(up_port))
+            await asyncio.gather(_pump(reader, up_writer, state), _pump(up_reader, writer, state),
+                                 return_exceptions=True)
+        except (asyncio.CancelledError, OSError):
+            writer.close()  # the proxy is ending, or the learner went away: the connection ends with it
     host, port = listen.rsplit(":", 1)
     server = await asyncio.start_server(handle, host, int(port))
     print(server.sockets[0].getsockname()[1], flush=True)
