@@ -101,12 +101,6 @@ def _make(name: str):
     raise ValueError(f"codec {name!r} is not available here (have: {available()})")
 
 
-def _delta_rows(report) -> np.ndarray:
-    """The envs whose row may be a delta: every env whose episode did not just end (those rows hold the first
-    frame of a new episode)."""
-    return ~(report.terminated | report.truncated)
-
-
 class Sender:
     """An actor's encoder for one env group: keeps the group's previous observations for the delta."""
 
@@ -131,14 +125,20 @@ class Sender:
         return {"z": self.name, "d": delta}, out
 
     def _obs(self, report, obs: np.ndarray) -> tuple[bytes, bool]:
-        wire = obs.copy()
-        rows = _delta_rows(report)
-        wire[rows] ^= self.prev[rows]
-        if self.sent % PROBE_EVERY == 0:  # try both, keep the smaller until the next probe
-            plain, delta = self.lib.compress(obs), self.lib.compress(wire)
+        probe = self.sent % PROBE_EVERY == 0  # try both, keep the smaller until the next probe
+        if not (probe or self.use_delta):
+            return self.lib.compress(obs), False
+        wire = np.bitwise_xor(obs, self.prev)
+        reset = report.terminated | report.truncated  # first frames of new episodes: sent as they are
+        if np.count_nonzero(reset):
+            wire[reset] = obs[reset]
+        delta = self.lib.compress(wire)
+        if probe:
+            plain = self.lib.compress(obs)
             self.use_delta = len(delta) < len(plain)
-            return (delta, True) if self.use_delta else (plain, False)
-        return (self.lib.compress(wire), True) if self.use_delta else (self.lib.compress(obs), False)
+            if not self.use_delta:
+                return plain, False
+        return delta, True
 
 
 class Receiver:
