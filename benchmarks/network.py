@@ -53,7 +53,8 @@ class Link:
     def __init__(self, index: int):
         tag = f"{os.getpid() % 100000}{index}"
         self.ns, self.host, self.peer = f"ppo-net-{tag}", f"ppoh{tag}", f"ppon{tag}"
-        self.host_ip, self.peer_ip = f"10.{77 + index}.0.1", f"10.{77 + index}.0.2"
+        subnet = f"10.213.{(os.getpid() * 8 + index) % 250}"  # apart from the tests' 10.77.0.0/24, and per run
+        self.host_ip, self.peer_ip = f"{subnet}.1", f"{subnet}.2"
         self.made: list[str] = []
 
     def up(self) -> None:
