@@ -10,13 +10,14 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
 
 from actor import EXIT_REFUSED
 from actor.envs import describe_spaces, make_env
+from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
@@ -65,6 +66,7 @@ class ActorOptions:
     learner_timeout_s: float = 300.0  # no message from the learner this long while waiting for actions: it is gone
     max_message_mb: int = 64
     curve: object = None
+    codecs: list[str] = field(default_factory=compression.available)  # offered; the learner picks (or none)
 
 
 class EnvGroup:
@@ -166,8 +168,10 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
     sock = connect_dealer(ctx, address or opts.learner, opts.max_message_mb << 20, curve=opts.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     try:
-        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups)))
+        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups, codecs=opts.codecs)))
         welcome = _await_welcome(sock, opts)
+        senders = [None if welcome.codec == compression.NONE else compression.Sender(welcome.codec)
+                   for _ in range(opts.groups)]
         joined.append(welcome.run_id)
         early = _prepare(sock, envs, welcome, opts)
         if early is not None:  # the learner spoke while the envs were being built
@@ -178,10 +182,11 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
                           obs_dtype=welcome.obs_space.dtype, action_shape=space.shape,
                           action_dtype="int64" if space.kind == "discrete" else "float32",
                           max_bytes=opts.max_message_mb << 20)
-        log.info("actor %s joined as id %d with slots %s", opts.name, welcome.actor_id, welcome.slots)
+        log.info("actor %s joined as id %d with slots %s (frames: %s)", opts.name, welcome.actor_id, welcome.slots,
+                 welcome.codec)
         for g, group in enumerate(envs.groups):
-            sock.send_multipart(m.encode(group.first_report(g)))
-        return _serve(sock, monitor, envs.groups, expect, opts)
+            sock.send_multipart(m.encode(group.first_report(g), senders[g]))
+        return _serve(sock, monitor, envs.groups, senders, expect, opts)
     except KeyboardInterrupt as exc:
         if joined:  # the learner knows us: it logs a departure, not a peer lost
             _say_goodbye(sock, f"interrupted ({_signal_name(exc)})")
@@ -250,7 +255,7 @@ def _say_goodbye(sock, reason: str) -> None:
             sock.recv_multipart()
 
 
-def _serve(sock, monitor, groups: list[EnvGroup], expect: m.Expect, opts: ActorOptions) -> str:
+def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expect, opts: ActorOptions) -> str:
     """Step on every Actions message until goodbye. Every report owed has been sent whenever this
     waits, so a learner silent past learner_timeout_s is stalled or gone, never merely waiting on us."""
     poller = zmq.Poller()
@@ -272,7 +277,7 @@ def _serve(sock, monitor, groups: list[EnvGroup], expect: m.Expect, opts: ActorO
         if isinstance(msg, m.Actions):
             # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy
             # bookkeeping costs more than copying a few hundred KB
-            sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions)))
+            sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions), senders[msg.group]))
         elif isinstance(msg, m.Goodbye):
             return msg.reason
         elif isinstance(msg, m.Error):
@@ -291,6 +296,9 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
         if isinstance(msg, m.Welcome):
             if len(msg.slots) != opts.num_envs:
                 raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {opts.num_envs} envs")
+            if msg.codec != compression.NONE and msg.codec not in opts.codecs:
+                raise Refused(f"the learner picked frame codec {msg.codec!r:.20}, which this actor did not offer "
+                              f"({opts.codecs})")
             return msg
         if isinstance(msg, m.Error):  # "rejoin" before a welcome: full for now, ask again later
             raise Busy(msg.reason) if msg.rejoin else Refused(msg.reason)

@@ -5,6 +5,7 @@
     python benchmarks/learner_capacity.py --other /tmp/main-before  # the same load on another checkout, interleaved
     python benchmarks/learner_capacity.py --collectors 1,2,4 --actors 4  # K collector processes, side by side
     python benchmarks/learner_capacity.py --device cuda --policy network --collectors 1,2,4 --actors 16  # a GPU box
+    python benchmarks/learner_capacity.py --codec none,zstd --transport tcp  # raw against compressed frames
 
 Synthetic actors (processes of this script) hand-shake with a real learner (`launch.py --actors 0
 --collect-only`) over the real protocol and sockets, then answer every Actions message at once with a step
@@ -20,6 +21,10 @@ listens on a Unix socket file, as the default cluster.address 'local' does on Li
 `--other PATH` runs every row a second time against the checkout at PATH (e.g. `git worktree add
 /tmp/main-before <commit>`), right after this checkout's, so before and after are measured side by side
 on the same machine state. The synthetic actors always speak this checkout's protocol (version 1).
+
+`--codec none,zstd` runs every row once per cluster.codec value, side by side: with zstd the synthetic
+actors offer it and replay reports compressed as a real actor sends them (the delta included; where the
+replayed cycle wraps around, the learner undoes a delta against the wrong frame: the same work, other pixels).
 """
 from __future__ import annotations
 
@@ -65,26 +70,33 @@ def _record(settings_dict: dict, k: int, count: int, seed: int):
     return [np.stack(frames[i * k:(i + 1) * k]) for i in range(count)]
 
 
-def _encoded_reports(settings_dict: dict, k: int, group: int, seed: int) -> list[list]:
+def _encoded_reports(settings_dict: dict, k: int, group: int, seed: int, codec: str) -> tuple[list, list[list]]:
+    """(the group's first report, its RECORDED_REPORTS step reports), encoded as an actor with `codec` sends them."""
     import numpy as np
+    from protocol import compression
     from protocol import messages as m
     batches = _record(settings_dict, k, RECORDED_REPORTS, seed)
+    sender = None if codec == compression.NONE else compression.Sender(codec)
     zeros, flags = np.zeros(k, np.float32), np.zeros(k, bool)
-    return [[bytes(f) for f in m.encode(m.StepReport(group, obs, zeros, flags, flags))] for obs in batches]
+    first = m.encode(m.StepReport(group, batches[0], zeros, flags, flags, first=True), sender)
+    return first, [[bytes(f) for f in m.encode(m.StepReport(group, obs, zeros, flags, flags), sender)]
+                   for obs in batches]
 
 
-def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent: int) -> None:
+def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent: int, codec: str = "none") -> None:
     """Join (following a Redirect to another collector or rank), then answer every Actions message with the
     next recorded report, until goodbye."""
     import zmq
     from protocol import messages as m
     ctx = zmq.Context()
-    sock, welcome = _join(ctx, address, num_envs, groups, name, parent)
+    sock, welcome = _join(ctx, address, num_envs, groups, name, parent, codec)
     if sock is None:
         return
+    if welcome.codec != codec:
+        raise SystemExit(f"{name}: asked for {codec} frames, the learner picked {welcome.codec}")
     k = num_envs // groups
-    reports = [_encoded_reports(welcome.env, k, g, 7919 * g + hash(name) % 1000) for g in range(groups)]
-    first = [m.encode(m.StepReport(g, m.decode(reports[g][0]).obs, *_zeros_like(k), first=True)) for g in range(groups)]
+    encoded = [_encoded_reports(welcome.env, k, g, 7919 * g + hash(name) % 1000, codec) for g in range(groups)]
+    first, reports = [e[0] for e in encoded], [e[1] for e in encoded]
     for frames in first:
         sock.send_multipart(frames)
     turn = [0] * groups
@@ -101,14 +113,15 @@ def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent:
         turn[g] += 1
 
 
-def _join(ctx, address: str, num_envs: int, groups: int, name: str, parent: int):
+def _join(ctx, address: str, num_envs: int, groups: int, name: str, parent: int, codec: str = "none"):
     """(socket, Welcome) from the learner at `address` or the one it redirects to; (None, None) if the
     benchmark went away first."""
     from protocol import messages as m
     from protocol.transport import connect_dealer, recv_frames
     while True:
         sock = connect_dealer(ctx, address, 64 << 20)
-        sock.send_multipart(m.encode(m.Handshake(num_envs, name, groups=groups)))
+        offer = None if codec == "none" else [codec]  # none: a handshake as before codecs
+        sock.send_multipart(m.encode(m.Handshake(num_envs, name, groups=groups, codecs=offer)))
         answer = None
         while answer is None:
             frames = recv_frames(sock, 1000)
@@ -124,14 +137,10 @@ def _join(ctx, address: str, num_envs: int, groups: int, name: str, parent: int)
         address = answer.address
 
 
-def _zeros_like(k: int):
-    import numpy as np
-    return np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool)
-
-
 # ----------------------------------------------------------------------------------------------- one row
 
-def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args, tmp: Path, label: str) -> dict:
+def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args, tmp: Path, label: str,
+            codec: str = "none") -> dict:
     groups, actors = 2, args.actors
     num_envs = per_message * groups
     run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}"
@@ -144,6 +153,8 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         cmd.append("--random-policy")
     if collectors > 1:  # not named at 1: a checkout from before cluster.collectors runs the same row
         cmd += ["--set", f"cluster.collectors={collectors}"]
+    if codec != "none":  # likewise for a checkout from before cluster.codec
+        cmd += ["--set", f'cluster.codec="{codec}"']
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     log = open(run_dir.with_suffix(".log"), "w")
     proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -153,7 +164,7 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         endpoints = _wait_for(lambda: _json(run_dir / "endpoints.json"), 120, "the learner's endpoints", proc, run_dir)
         for i in range(actors):
             w = ctx.Process(target=synthetic_actor, args=(endpoints["address"], num_envs, groups, f"synthetic-{i}",
-                                                          os.getpid()), daemon=True)
+                                                          os.getpid(), codec), daemon=True)
             w.start()
             workers.append(w)
         metrics = run_dir / "metrics.jsonl"
@@ -176,7 +187,7 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     if steps <= 0 or seconds <= 0:
         raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
     cpu_s, actors_s, trainer_s = ((b[i] - a[i]) / TICKS for i in (1, 2, 3))
-    return {"checkout": label, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
+    return {"checkout": label, "codec": codec, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
             "device": args.device, "transport": args.transport, "sps": steps / seconds,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "actor_us_per_step": 1e6 * actors_s / steps, "training_process_us_per_step": 1e6 * trainer_s / steps,
@@ -227,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "tcp on 127.0.0.1 (default: %(default)s)")
     p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
     p.add_argument("--row-timeout", type=float, default=120.0, help="a row without two rollouts by then fails")
+    p.add_argument("--codec", default="none", help="cluster.codec values, comma-separated, e.g. none,zstd "
+                   "(default: %(default)s)")
     p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
     p.add_argument("--out", default=None, help="JSON output (default: none)")
     return p
@@ -237,33 +250,38 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in args.envs_per_message.split(",")]
     policies = [x.strip() for x in args.policy.split(",")]
     ks = [int(x) for x in args.collectors.split(",")]
-    checkouts = [("this", REPO)] + ([("other", Path(args.other).resolve())] if args.other else [])
+    codecs = [x.strip() for x in args.codec.split(",")]
+    checkouts = [(f"this/{c}" if len(codecs) > 1 else "this", REPO, c) for c in codecs]
+    checkouts += [(f"other/{c}" if len(codecs) > 1 else "other", Path(args.other).resolve(), c)
+                  for c in codecs] if args.other else []
     tmp = Path(tempfile.mkdtemp(prefix="ppo-capacity-"))
     runs: dict[tuple, list[dict]] = {}
     print(f"learner capacity: {args.actors} synthetic actors x 2 groups, {args.seconds:g}s per row, "
-          f"{args.repeat} round(s); checkouts: " + ", ".join(f"{n}={p}" for n, p in checkouts), flush=True)
+          f"{args.repeat} round(s); checkouts: " + ", ".join(f"{n}={p}" for n, p, _ in checkouts), flush=True)
     for _ in range(args.repeat):
         for policy, size, k in itertools.product(policies, sizes, ks):
-            for label, path in checkouts:
-                row = run_row(path, size, policy, k, args, tmp, label)
+            for label, path, codec in checkouts:
+                row = run_row(path, size, policy, k, args, tmp, label.replace("/", "-"), codec)
+                row["checkout"] = label
                 runs.setdefault((policy, size, k, label), []).append(row)
-                print(f"  {label:<6} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
+                print(f"  {label:<10} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
                       f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
                       f"({row['learner_cores']:.2f} cores; of it the training process "
                       f"{row['training_process_us_per_step']:.1f} us; "
                       f"synthetic actors {row['actor_us_per_step']:.1f} us)", flush=True)
     print("\n| policy | envs per message | collectors | "
-          + " | ".join(f"{n} steps/s | {n} us/step" for n, _ in checkouts)
-          + (" | this / other |" if args.other else " | vs K=1 |"))
+          + " | ".join(f"{n} steps/s | {n} us/step" for n, _, _ in checkouts)
+          + (" | first / second steps/s |" if args.other or len(codecs) > 1 else " | vs K=1 |"))
     print("|---|---:|---:|" + "---:|---:|" * len(checkouts) + "---:|")
     table = []
     for policy, size, k in itertools.product(policies, sizes, ks):
-        med = {label: _median(runs[(policy, size, k, label)]) for label, _ in checkouts}
-        cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _ in checkouts)
-        if args.other:
-            ratio = med["this"]["sps"] / med["other"]["sps"]
+        med = {label: _median(runs[(policy, size, k, label)]) for label, _, _ in checkouts}
+        cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _, _ in checkouts)
+        first, second = checkouts[0][0], checkouts[1][0] if len(checkouts) > 1 else None
+        if args.other or len(codecs) > 1:  # this / other, or the first codec's row over the second's
+            ratio = med[first]["sps"] / med[second]["sps"]
         else:
-            ratio = med["this"]["sps"] / _median(runs[(policy, size, ks[0], "this")])["sps"]
+            ratio = med[first]["sps"] / _median(runs[(policy, size, ks[0], first)])["sps"]
         print(f"| {policy} | {size} | {k} | {cells} | {ratio:.2f}x |")
         table.append(med)
     if args.out:

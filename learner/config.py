@@ -16,6 +16,7 @@ from pathlib import Path
 
 from learner.gateway.admission import check_admission_config
 from learner.gateway.registry import MAX_ENV_SLOTS
+from protocol import compression
 from protocol.settings import EnvSettings
 from protocol.transport import LOCAL
 
@@ -90,6 +91,8 @@ class ClusterConfig:
     """the learner's memory for all actors' rollouts together, in MB: a handshake that would pass it waits until slots free up (0: half of this machine's memory)"""
     max_envs_per_actor: int = 0
     """env slots one actor may claim; a handshake claiming more is refused (0: 256, or the run's own envs if more, within the budget)"""
+    codec: str = "auto"
+    """how actors' observation frames travel: 'auto' (zstd for actors over TCP beyond loopback, raw on the local socket and 127.0.0.1), 'none' (raw), 'zstd' or 'lz4' (when the actor has it; raw for actors without). See docs/scaling.md"""
     server_key: str = ""
     """CURVE: the learner's secret key file (required to bind beyond loopback)"""
     allowed_keys: str = ""
@@ -409,6 +412,8 @@ def validate(cfg: Config) -> None:
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")
+    _require(c.codec in ("auto", "none", *compression.available()), f"cluster.codec must be auto, none or a codec "
+             f"installed here ({', '.join(compression.available()) or 'none installed'}), got {c.codec!r}")
     _require(p.num_steps >= 1, f"ppo.num_steps must be >= 1, got {p.num_steps}")
     _require(0 <= p.gamma <= 1, f"ppo.gamma must be in [0, 1], got {p.gamma}")
     _require(0 <= p.gae_lambda <= 1, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")

@@ -322,7 +322,7 @@ class Learner:
         balancer = RankBalancer(registry.num_slots, *targets) if targets else None  # which rank a joiner goes to
         gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
                           r.seed + 100_003 * self.ranks.rank, self.state["update"], run_id, c.max_message_mb << 20,
-                          curve=self.curve, registry=registry, redirect=balancer)
+                          curve=self.curve, registry=registry, redirect=balancer, codec=c.codec)
         collector = Collector(
             gateway, registry, self.policy, cfg.ppo.num_steps, *self.layout, self.device, c.actor_timeout_s,
             lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,

@@ -26,8 +26,11 @@ INLINE_MAX_BYTES = 4096
 _HEADER_KEYS = frozenset(("v", "t", "b", "a"))  # built once, not per message
 
 
-def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray] | None = None) -> list:
-    """Build the frames of one message; array frames are zero-copy views where possible."""
+def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray] | None = None,
+           packed: dict[str, bytes] | None = None) -> list:
+    """Build the frames of one message; array frames are zero-copy views where possible. `packed`: arrays
+    whose frame is this compressed form instead (see protocol/compression.py); the spec still names the
+    array's dtype and shape."""
     specs, frames = [], []
     for name, arr in (arrays or {}).items():
         arr = np.asarray(arr)
@@ -38,7 +41,10 @@ def encode(version: int, msg_type: str, body: dict, arrays: dict[str, np.ndarray
         dtype = DTYPE_NAMES.get(arr.dtype)
         if dtype is None:
             raise ProtocolError(f"cannot send array {name!r}: dtype {arr.dtype} is not allowed")
-        if arr.nbytes <= INLINE_MAX_BYTES:  # small arrays ride in the header: frames cost more than bytes
+        if packed and name in packed:
+            specs.append([name, dtype, list(arr.shape)])
+            frames.append(packed[name])
+        elif arr.nbytes <= INLINE_MAX_BYTES:  # small arrays ride in the header: frames cost more than bytes
             specs.append([name, dtype, list(arr.shape), arr.tobytes()])
         else:
             specs.append([name, dtype, list(arr.shape)])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from protocol import codec
+from protocol import codec, compression
 from protocol.errors import ProtocolError
 from protocol.spaces import SpaceSpec
 from protocol.usual_step import usual_step
@@ -31,6 +31,8 @@ class Handshake:
     action_space: SpaceSpec | None = None
     groups: int = 1
     """env groups stepped alternately (double buffering); each group reports on its own"""
+    codecs: list[str] | None = None
+    """the frame codecs this actor can send (protocol/compression.py); None (older actors): raw frames only"""
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Welcome:
     obs_space: SpaceSpec
     action_space: SpaceSpec
     run_id: str = ""
+    codec: str = compression.NONE
+    """the codec picked from the actor's offer for its step reports' frames (absent from older learners: none)"""
 
 
 @dataclass
@@ -118,6 +122,8 @@ class Expect:
     action_shape: tuple[int, ...] = ()
     action_dtype: str = "int64"
     max_bytes: int = codec.DEFAULT_MAX_BYTES
+    frames: compression.Receiver | None = None
+    """the learner's decoder of this actor's compressed frames (None: raw frames, as agreed)"""
 
 
 TYPES = {"handshake": Handshake, "welcome": Welcome, "starting": Starting, "step": StepReport, "actions": Actions,
@@ -125,7 +131,8 @@ TYPES = {"handshake": Handshake, "welcome": Welcome, "starting": Starting, "step
 NAMES = {cls: name for name, cls in TYPES.items()}
 
 
-def encode(msg) -> list:
+def encode(msg, sender: compression.Sender | None = None) -> list:
+    """The frames of a message; a step report's observations compressed by `sender` when given."""
     name = NAMES.get(type(msg))
     if name is None:
         raise ProtocolError(f"cannot encode {type(msg).__name__}")
@@ -134,7 +141,11 @@ def encode(msg) -> list:
                                               "episode_lengths", "final_index")}
         if msg.final_obs is not None:
             arrays["final_obs"] = msg.final_obs
-        return codec.encode(PROTOCOL_VERSION, name, {"group": msg.group, "first": msg.first}, arrays)
+        body = {"group": msg.group, "first": msg.first}
+        if sender is None:
+            return codec.encode(PROTOCOL_VERSION, name, body, arrays)
+        extra, packed = sender.pack(msg)
+        return codec.encode(PROTOCOL_VERSION, name, {**body, **extra}, arrays, packed)
     if isinstance(msg, Actions):
         return codec.encode(PROTOCOL_VERSION, name, {"group": msg.group, "version": msg.version},
                             {"actions": msg.actions})
@@ -168,9 +179,25 @@ def decode(frames: list, expect: Expect | None = None, max_bytes: int = codec.DE
     cls = TYPES.get(name)
     if cls is None:
         raise ProtocolError(f"unknown message type {name!r:.40}")
-    if name == "step" and expect is not None and (usual := usual_step(body, specs, frames[1:], expect)) is not None:
+    if name != "step":
+        return _decode_body(name, body, specs, frames, expect, max_bytes)
+    receiver = expect.frames if expect is not None else None
+    if receiver is None:
+        if "z" in body:
+            raise ProtocolError(f"step report compressed ({body['z']!r:.20}) though no codec was agreed")
+        return _decode_step(body, specs, frames, expect, max_bytes)
+    frames = [frames[0], *receiver.inflate(body, specs, frames[1:], expect.max_bytes)]  # exact declared sizes
+    return receiver.restore(_decode_step(body, specs, frames, expect, max_bytes), body)
+
+
+def _decode_step(body: dict, specs: list, frames: list, expect: Expect | None, max_bytes: int) -> StepReport:
+    if expect is not None and (usual := usual_step(body, specs, frames[1:], expect)) is not None:
         group, first, obs, rewards, terminated, truncated = usual  # most reports: see protocol/usual_step.py
         return StepReport(group, obs, rewards, terminated, truncated, _NONE[0], _NONE[1], _NONE[1], first=first)
+    return _decode_body("step", body, specs, frames, expect, max_bytes)
+
+
+def _decode_body(name: str, body: dict, specs: list, frames: list, expect: Expect | None, max_bytes: int):
     try:
         arrays = codec.decode_arrays(specs, frames[1:], expect.max_bytes if expect else max_bytes)
         return _BUILDERS[name](body, arrays, expect)
@@ -203,7 +230,8 @@ def _handshake(body, arrays, expect):
         raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
     spaces = {k: None if body.get(k) is None else SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
     return Handshake(num_envs=num_envs, name=_get(body, "name", str)[:100], groups=groups,
-                     env_id=_get(body, "env_id", str, optional=True), **spaces)
+                     env_id=_get(body, "env_id", str, optional=True),
+                     codecs=compression.offered_codecs(body.get("codecs")), **spaces)
 
 
 def _welcome(body, arrays, expect):
@@ -213,7 +241,8 @@ def _welcome(body, arrays, expect):
         raise ProtocolError("welcome: slots and seeds must be int lists of equal length")
     return Welcome(actor_id=_get(body, "actor_id", int), slots=slots, seeds=seeds, env=_get(body, "env", dict),
                    obs_space=SpaceSpec.from_dict(body.get("obs_space")),
-                   action_space=SpaceSpec.from_dict(body.get("action_space")), run_id=_get(body, "run_id", str))
+                   action_space=SpaceSpec.from_dict(body.get("action_space")), run_id=_get(body, "run_id", str),
+                   codec=_get(body, "codec", str, optional=True) or compression.NONE)  # absent from older learners
 
 
 def _check(arrays, name, dtype, shape):

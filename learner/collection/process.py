@@ -174,7 +174,8 @@ class CollectorProcess:
                                spec.run_seed, spec.generation, spec.run_id, cfg.cluster.max_message_mb << 20,
                                curve=self.curve, registry=self.registry,
                                redirect=redirect_chain(self.rank_balancer, self.balancer) if spec.index == 0 else None,
-                               wake=conn.fileno())  # a command ends the idle pump's wait at once
+                               wake=conn.fileno(),  # a command ends the idle pump's wait at once
+                               codec=cfg.cluster.codec)
         policy = Inference(self.model, spec.action_space, device, None, seed=spec.policy_seed,
                            random_actions=cfg.run.random_policy, value_norm=self.value_norm)
         self.watchdog = BeatingWatchdog(Path(spec.run_dir) / log_name(spec.rank),

@@ -6,6 +6,7 @@ raises on peer input.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import time
@@ -16,6 +17,7 @@ from typing import Callable
 import numpy as np
 import zmq
 
+from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
@@ -60,11 +62,12 @@ class Gateway:
     def __init__(self, ctx: zmq.Context, address: str, settings: EnvSettings, obs_space: SpaceSpec,
                  action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
                  curve=None, registry: ActorRegistry | None = None,
-                 redirect: Callable[[int], str | None] | None = None, wake: int | None = None):
+                 redirect: Callable[[int], str | None] | None = None, wake: int | None = None, codec: str = "auto"):
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
         of a multi-rank learner or collector 0 of several, names the address a joiner should go to instead
         (the least loaded rank or collector; None: stay here). `wake`: a file descriptor whose input ends a
-        poll's wait too (a collector process's pipe from the training process)."""
+        poll's wait too (a collector process's pipe from the training process). `codec`: cluster.codec, how
+        actors' frames travel (protocol/compression.py)."""
         self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
@@ -75,6 +78,7 @@ class Gateway:
         self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)
         self.settings, self.obs_space, self.action_space = settings, obs_space, action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
+        self.codec = codec
         self.rejected = 0
         self.curved = curve is not None
         self.events: list[str] = []
@@ -143,7 +147,7 @@ class Gateway:
         if isinstance(msg, m.Handshake):
             if entry is not None:
                 self.retire(entry, "handshook again (restarted)", tell=False)
-            return self._handshake(identity, msg)
+            return self._handshake(identity, msg, self._remote(frames[1]))
         if entry is None:
             return self._unknown(identity, msg)
         if (why := entry.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
@@ -181,7 +185,17 @@ class Gateway:
         if not self.registry.is_banned(identity):
             self._send(identity, msg)
 
-    def _handshake(self, identity: bytes, hs: m.Handshake) -> None:
+    def _remote(self, frame) -> bool:
+        """Whether a peer's message came over TCP from beyond loopback (cluster.codec auto compresses then)."""
+        if not self.endpoint.startswith("tcp://"):
+            return False
+        try:
+            peer = frame.get("Peer-Address")  # zmq.Frame metadata: the sender's IP address over TCP
+            return not ipaddress.ip_address(peer.strip("[]")).is_loopback
+        except (AttributeError, ValueError, zmq.ZMQError):
+            return False  # not a received zmq.Frame (a test's bytes), or no address: raw frames, as before
+
+    def _handshake(self, identity: bytes, hs: m.Handshake, remote: bool = False) -> None:
         problem, later = None, False
         if hs.env_id is not None and hs.env_id != self.settings.env_id:
             problem = f"env {hs.env_id!r} does not match the learner's {self.settings.env_id!r}"
@@ -193,10 +207,12 @@ class Gateway:
             self._answer(identity, m.Redirect(target, "the fewest live env slots are there"))
             self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to {target}")
             return None
+        codec = compression.pick(self.codec, hs.codecs, remote)
         if problem is None:
             expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,
                               obs_shape=self.obs_space.shape, obs_dtype=self.obs_space.dtype,
-                              action_shape=self.action_space.shape, max_bytes=self.max_bytes)
+                              action_shape=self.action_space.shape, max_bytes=self.max_bytes,
+                              frames=None if codec == compression.NONE else compression.Receiver(codec, hs.groups))
             try:
                 entry = self.registry.join(identity, hs.name, hs.num_envs, hs.groups, expect)
             except AdmissionRefused as exc:  # full for now (rejoin: the actor retries later), or too greedy
@@ -212,8 +228,9 @@ class Gateway:
         entry.owes = set(range(hs.groups))
         seeds = [env_seed(self.run_seed, s, self.generation, n) for s, n in zip(entry.slots, entry.reuses)]
         self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
-                                       self.obs_space, self.action_space, self.run_id))
-        self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots})")
+                                       self.obs_space, self.action_space, self.run_id, codec))
+        frames = "raw frames" if codec == compression.NONE else f"{codec} frames"
+        self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots}), {frames}")
         return None
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:

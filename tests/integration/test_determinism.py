@@ -51,3 +51,14 @@ def test_learner_side_frame_stacking_trains_exactly_like_actor_side(tmp_path):
     assert stacking in (tmp_path / "learner" / "learner.log").read_text()
     assert stacking not in (tmp_path / "actor" / "learner.log").read_text()
     assert learner_side == actor_side
+
+
+def test_compressed_frames_train_exactly_like_raw_frames(tmp_path):
+    """cluster.codec = zstd (forced: the local socket would get raw frames) must not change learning: same
+    losses, KL and returns as raw frames, through life losses, resets and truncations (the delta's edges)."""
+    raw = _breakout(tmp_path / "raw", "--set", "cluster.codec=none")
+    zstd = _breakout(tmp_path / "zstd", "--set", "cluster.codec=zstd")
+    assert len(raw) == 16 and raw[-1]["episodes"] >= 4  # 40-step games: truncations
+    assert "zstd frames" in (tmp_path / "zstd" / "learner.log").read_text()
+    assert "zstd frames" not in (tmp_path / "raw" / "learner.log").read_text()
+    assert raw == zstd
