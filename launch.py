@@ -304,9 +304,7 @@ class Cluster:
             info["evaluator"] = self.evaluator.pid
         rank = int(self.ranks[0].get("RANK", "0")) if external_job() else 0
         name = f"processes-rank-{rank}.json" if rank else "processes.json"
-        tmp = self.run_dir / f".{name}.tmp"
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, self.run_dir / name)
+        atomic_write(self.run_dir / name, json.dumps(info))
 
     def _await_endpoint(self, env: dict, learner: mp.Process) -> str | None:
         """The learner's address once it has bound it; None when a stop was asked for or a learner ended

@@ -45,6 +45,7 @@ from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
 from learner.report.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
 from protocol.settings import EnvSettings
+from protocol.files import WriteFailed, atomic_write
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
@@ -109,9 +110,7 @@ def collector_address(address: str, index: int) -> str:
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     """RUN_DIR/endpoints.json (rank 0: the address actors name), endpoints-rank-N.json for the others."""
     name = f"endpoints-rank-{rank}.json" if rank else "endpoints.json"
-    tmp = run_dir / f".{name}.tmp"
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, run_dir / name)
+    atomic_write(run_dir / name, json.dumps(info))
 
 
 class Stop:
@@ -176,7 +175,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
         return 1
     finally:
         learner.close()
-    return 0
+    return 1 if learner.save_failed else 0  # the final checkpoint could not be written: said above
 
 
 @dataclasses.dataclass
@@ -253,7 +252,7 @@ class Learner:
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
-        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
+        self.width, self.idle_said, self.finished, self.save_failed = 0, time.monotonic(), False, False
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
         self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
 
@@ -355,9 +354,9 @@ class Learner:
         """Continue from the newest checkpoint that loads (newer ones that do not are skipped, one line each)."""
         path, saved, skipped = checkpoint.load_newest(self.run_dir, self.device)
         for bad, why in skipped:
-            log.warning("skipped %s: it does not load (%s)", bad.name, why)
+            log.warning("skipped %s: %s; trying the one before it", bad.name, why)
         if path is None and skipped:
-            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} loads "
+            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} is usable "
                                f"({len(skipped)} tried; the newest, {skipped[0][0].name}: {skipped[0][1]})")
         if path is None:
             log.info("no checkpoint in %s: starting from scratch", self.run_dir)
@@ -527,8 +526,17 @@ class Learner:
                    "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
                    "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {},
                    "value_norm": self.value_norm.state_dict() if self.value_norm else {}}
-        return checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
-                               score=self.metrics.score())
+        try:
+            path = checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
+                                   score=self.metrics.score())
+        except WriteFailed as exc:  # disk full, read-only: the previous checkpoint stays, training goes on
+            last = checkpoint.latest(self.run_dir)
+            log.error("checkpoint of update %d not written (%s); the newest kept is %s", update, exc,
+                      last.name if last else "none")
+            self.save_failed = True
+            return None
+        self.save_failed = False
+        return path
 
     def close(self) -> None:
         if self.watchdog is not None:

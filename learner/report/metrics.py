@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from learner.report.sinks import build_sinks
+from protocol.files import atomic_write
 
 log = logging.getLogger("learner")
 
@@ -143,9 +144,7 @@ def drop_rows_after(path: Path, update: int) -> int:
     if drop:
         with open(path.with_name(path.name + ".dropped"), "a") as f:
             f.writelines(line if line.endswith("\n") else line + "\n" for line in drop)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(keep))
-        tmp.replace(path)
+        atomic_write(path, "".join(keep))
     return len(drop)
 
 

@@ -9,8 +9,9 @@ from learner.weights import checkpoint
 from learner.report.episodes import EpisodeStats
 
 
-def _state(update: int) -> dict:
-    return {"update": update, "model": {"w": torch.full((3,), float(update))}}
+def _state(update: int, w: float | None = None) -> dict:
+    return {"update": update, "env_steps": 128 * update, "config": {}, "updater": {"lr": 2.5e-4},
+            "model": {"w": torch.full((3,), float(update if w is None else w))}}
 
 
 def _names(run_dir) -> set[str]:
