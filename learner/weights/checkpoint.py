@@ -15,6 +15,7 @@ import math
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -123,7 +124,9 @@ def load(path: Path, device: str | torch.device = "cpu"):
     """A file's content, never unpickling anything but tensors and plain types (weights_only); one that does
     not load raises NotACheckpoint with one line."""
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # torch's advice about pickle protocols is not the user's business
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, OSError, EOFError, UnpicklingError ... for one cause
         raise NotACheckpoint(f"{path}: not a checkpoint of this project ({first_line(exc, 120)})") from None
 
