@@ -27,7 +27,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from actor import EXIT_REFUSED, leave_on_sigterm, name_process
-from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml, with_topology
+from learner.config import Config, ConfigError, check_resume, field_docs, from_dict, load, to_toml, with_topology
+from learner.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
+from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("launch")
 ENDPOINT_TIMEOUT_S = 120.0
@@ -80,15 +82,18 @@ def resolve_config(args) -> tuple[Config, Path]:
         saved = run_dir / "config.toml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.toml there (not a run directory)")
-        return load(saved, overrides), run_dir
+        cfg = load(saved, overrides)
+        check_resume(load(saved), cfg, f"--resume {run_dir}")
+        return cfg, run_dir
     cfg = load(args.config, overrides)
     if args.run_dir:
         return cfg, Path(args.run_dir)
-    name = re.sub(r"[^A-Za-z0-9]+", "-", cfg.env.env_id.split("/")[-1]).strip("-").lower()
     # under torchrun or srun every worker (and a restarted job) must name the same directory
     job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
-    stamp = re.sub(r"[^A-Za-z0-9]+", "-", job) if external_job() and job else time.strftime('%Y%m%d-%H%M%S')
-    return cfg, Path("runs") / f"{name}-{stamp}"
+    if external_job() and job:
+        name = re.sub(r"[^A-Za-z0-9]+", "-", cfg.env.env_id.split("/")[-1]).strip("-").lower()
+        return cfg, Path("runs") / f"{name}-{re.sub(r'[^A-Za-z0-9]+', '-', job)}"
+    return cfg, Path("runs") / default_name(cfg.env.env_id)
 
 
 def external_job() -> dict | None:
@@ -429,29 +434,72 @@ def main(argv=None) -> int:
     stops = StopRequests()  # first: a Ctrl-C from here on stops in order
     args = build_parser().parse_args(argv)
     try:
-        if args.max_restarts < 0:
-            raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-        cfg, run_dir = resolve_config(args)
-        cfg = with_topology(cfg)
-        check_groups(cfg, cfg.cluster.groups)
-        check_learners(cfg)
-        resume = bool(args.resume) or restarted_by_torchrun(run_dir)
-        if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
-            check_fresh(run_dir)
-    except ConfigError as exc:
+        cfg, run_dir, resume = prepare(args)
+    except (ConfigError, RunDirHeld) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if stops():
         return 0
+    try:
+        lock, created, saved = take_run_dir(run_dir, cfg)
+    except (RunDirHeld, WriteFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_cluster(cfg, run_dir, resume, args.max_restarts, stops, created, saved)
+    finally:
+        lock.release()
+
+
+def prepare(args) -> tuple[Config, Path, bool]:
+    """The config, run directory and whether it resumes: everything checked, nothing written yet."""
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    cfg, run_dir = resolve_config(args)
+    cfg = with_topology(cfg)
+    check_groups(cfg, cfg.cluster.groups)
+    check_learners(cfg)
+    refuse_if_held(run_dir, lock_rank())  # before anything else looks at it: the holder's pid, exit 2
+    resume = bool(args.resume) or restarted_by_torchrun(run_dir)
+    if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+        check_fresh(run_dir)
+    return cfg, run_dir, resume
+
+
+def lock_rank() -> int:
+    job = external_job()
+    return job["rank"] if job else 0
+
+
+def take_run_dir(run_dir: Path, cfg: Config) -> tuple[RunLock, bool, bytes | None]:
+    """Create (if new) and lock the run directory, then write config.toml. Returns the lock, whether the
+    directory was created, and the config.toml it held before (restored if the learner refuses a resume)."""
     created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".config.toml.{os.getpid()}"  # several workers of one job may write it at once
-    tmp.write_text(to_toml(cfg))
-    os.replace(tmp, run_dir / "config.toml")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(run_dir, lock_rank())
+    except OSError as exc:
+        raise WriteFailed(f"cannot use {run_dir}: {exc.strerror or exc}") from None
+    except RunDirHeld:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    config = run_dir / "config.toml"
+    saved = config.read_bytes() if config.is_file() else None
+    try:
+        atomic_write(config, to_toml(cfg))  # several workers of one job may write it at once
+    except WriteFailed:
+        lock.release()
+        raise
+    return lock, created, saved
+
+
+def run_cluster(cfg: Config, run_dir: Path, resume: bool, max_restarts: int, stops: StopRequests, created: bool,
+                saved: bytes | None) -> int:
     learners = f"{cfg.cluster.learners} learner ranks" if cfg.cluster.learners > 1 else "learner"
     log.info("run directory %s: %s + %d actors x %d envs", run_dir, learners, cfg.cluster.actors,
              cfg.cluster.envs_per_actor)
-    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=args.max_restarts, stops=stops)
+    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=max_restarts, stops=stops)
     try:
         cluster.start()
     except RuntimeError as exc:  # the learner did not come up in time
@@ -461,6 +509,8 @@ def main(argv=None) -> int:
     if code == 2 and created:  # the learner refused to start (its log line said why): leave nothing behind
         shutil.rmtree(run_dir, ignore_errors=True)
         log.info("nothing started: removed %s", run_dir)
+    elif code == 2 and saved is not None:  # a refused resume: the run's own config stays
+        atomic_write(run_dir / "config.toml", saved)
     return code
 
 

@@ -446,6 +446,19 @@ def validate(cfg: Config) -> None:
     _require(e.max_episode_steps >= 0, f"env.max_episode_steps must be >= 0, got {e.max_episode_steps}")
 
 
+RESUME_FIXED = ("env", "model", "normalize.obs", "normalize.reward", "normalize.value", "ppo.variant")
+
+
+def check_resume(saved: Config, cfg: Config, what: str) -> None:
+    """What a resume may not change: the env (its data), the network, the statistics it was trained with."""
+    old, new = saved.to_dict(), cfg.to_dict()
+    for name in RESUME_FIXED:
+        section, _, key = name.partition(".")
+        for k in ([key] if key else old[section]):
+            _require(old[section][k] == new[section][k], f"{what}: {section}.{k} cannot change on resume (the "
+                     f"run's is {old[section][k]!r}, asked {new[section][k]!r}); start a new run for that")
+
+
 def to_toml(cfg: Config) -> str:
     """The resolved config as TOML (flat sections of scalars, so a tiny writer suffices)."""
     lines = []

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ import torch
 import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
+from learner.rundir import RunDirHeld, RunLock
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
@@ -153,9 +155,23 @@ class ParentWatch:
 
 
 def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
-    """parent_pid: the launcher's; the learner stops when it is gone (0: nobody to watch)."""
+    """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
+    nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = None if parent_pid else RunLock(run_dir, env_rank())
+    except RunDirHeld as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(cfg, run_dir, resume, parent_pid)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
     setup_logging(run_dir, env_rank())
     stop = Stop()
     if parent_pid:
