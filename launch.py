@@ -12,14 +12,32 @@ Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exi
 """
 from __future__ import annotations
 
-import argparse
+import os
+import signal
+
+EARLY_SIGNALS: list[int] = []  # Ctrl-C / SIGTERM that came while the imports below ran (StopRequests adopts them)
+
+
+def _early_stop(signum, _frame) -> None:
+    """Before main() runs, a Ctrl-C is a stop request like any other (nothing has started yet), never a
+    KeyboardInterrupt traceback out of an import; a second one leaves at once."""
+    EARLY_SIGNALS.append(signum)
+    if len(EARLY_SIGNALS) > 1:
+        os._exit(130)
+
+
+if __name__ == "__main__":  # not in the spawned children, which re-import this file with SIGINT ignored
+    signal.signal(signal.SIGINT, _early_stop)
+    signal.signal(signal.SIGTERM, _early_stop)
+    # a Ctrl-C held blocked since before the interpreter started (a parent that blocked it) is handled now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+import argparse  # noqa: E402 (the handlers above come first)
 import json
 import logging
 import multiprocessing as mp
-import os
 import re
 import shutil
-import signal
 import socket
 import sys
 import time
@@ -159,7 +177,8 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, 
     rank = os.environ.get("RANK", "0")
     name_process("learner" if rank == "0" else f"learner-rank-{rank}")
     from learner.main import run
-    sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
+    from learner.report.metrics import exit_process
+    exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
 def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
@@ -196,11 +215,13 @@ class StopRequests:
     KeyboardInterrupt traceback, and the stop goes in order."""
 
     def __init__(self):
-        self.requested = False
-        self.signals = 0
+        self.signals = len(EARLY_SIGNALS)  # a Ctrl-C during the imports counts as the first
+        self.requested = self.signals > 0
         self._pids: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        if self.requested:
+            log.warning("stopping (Ctrl-C again to force)")
 
     def __call__(self) -> bool:
         return self.requested
@@ -398,6 +419,24 @@ class Cluster:
                 proc.join()
         return [p.exitcode for p in self.learners]
 
+    def _stop_actors(self, failed: bool) -> None:
+        """Actors leave on the learner's goodbye. After a stop request one still starting (no goodbye to hear)
+        is not waited for long; after a learner that failed (no goodbye comes, or only from some of its
+        collectors) none is waited for: SIGTERM at once (each leaves as on Ctrl-C), SIGKILL past the grace."""
+        if not failed:
+            deadline = time.monotonic() + (ACTOR_GRACE_STOPPING_S if self.stops() else ACTOR_GRACE_S)
+            for proc in self.actors.values():
+                proc.join(max(deadline - time.monotonic(), 0.1))
+        for proc in self.actors.values():
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + ACTOR_GRACE_STOPPING_S
+        for proc in self.actors.values():
+            proc.join(max(deadline - time.monotonic(), 0.1))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
     def _shutdown(self) -> int:
         codes = self._stop_learners()
         if self.stops():  # a learner SIGTERMed before its handler was in place (still starting) stopped as asked
@@ -408,20 +447,9 @@ class Cluster:
             self.evaluator.terminate()
         if code not in (0, 2):
             log.error("the learner exited with code %s; stopping the actors", code)
-        # actors leave on the learner's goodbye or when it is gone; after a stop request one still starting
-        # (no goodbye to hear) is not waited for
-        deadline = time.monotonic() + (ACTOR_GRACE_STOPPING_S if self.stops() else ACTOR_GRACE_S)
-        for proc in self.actors.values():
-            proc.join(max(deadline - time.monotonic(), 0.1))
-        for proc in self.actors.values():
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(2.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        self._stop_actors(failed=code not in (0, 2))
         if self.evaluator is not None:  # SIGTERMed on entry: mid-evaluation perhaps, it drops a half-written video
-            self.evaluator.join(max(deadline - time.monotonic(), 2.0))
+            self.evaluator.join(ACTOR_GRACE_STOPPING_S)
             if self.evaluator.is_alive():
                 self.evaluator.kill()
                 self.evaluator.join()

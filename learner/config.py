@@ -401,12 +401,16 @@ def validate(cfg: Config) -> None:
 
 
 def _in(key: str, value, low, high, note: str = "") -> None:
-    _require(low <= value <= high, f"{key} must be in [{low:g}, {high:g}]{note}, got {value!r}")
+    _require(low <= value <= high, f"{key} must be in [{_num(low)}, {_num(high)}]{note}, got {value!r}")
 
 
 def _above(key: str, value, low, high, note: str = "") -> None:
     """low < value <= high."""
-    _require(low < value <= high, f"{key} must be > {low:g} and <= {high:g}{note}, got {value!r}")
+    _require(low < value <= high, f"{key} must be > {_num(low)} and <= {_num(high)}{note}, got {value!r}")
+
+
+def _num(x) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def _check_finite(cfg: Config) -> None:
@@ -429,7 +433,6 @@ def _check_run(r: RunConfig) -> None:
 def _check_topology(cfg: Config) -> None:
     c = cfg.cluster
     _require(c.actors >= -1, f"cluster.actors must be >= 0 (or -1: from the cores), got {c.actors}")
-    _require(c.actors <= MAX_ENV_SLOTS, f"cluster.actors must be <= {MAX_ENV_SLOTS}, got {c.actors}")
     _require(0 <= c.envs_per_actor <= MAX_ENV_SLOTS,
              f"cluster.envs_per_actor must be in [1, {MAX_ENV_SLOTS}] (or 0: cluster.envs / actors), got {c.envs_per_actor}")
     _require(c.groups in (1, 2), f"cluster.groups must be 1 or 2, got {c.groups}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -41,6 +42,19 @@ def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     for handler in (_ConsoleHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
+
+
+def exit_process(code: int) -> None:
+    """End a learner or collector process once it has closed what it opened: logs and consoles flushed, then
+    os._exit. Skipping the interpreter's own teardown (torch's and every module's finalizers, seconds on a
+    busy machine, measured ~2 s per process on 2 shared cores) lets a failed run end within its 3 s."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class ProgressBar:

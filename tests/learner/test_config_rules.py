@@ -1,6 +1,6 @@
 """Every validation rule of learner/config.py, one row each (issue 32, point 5): a value that breaks it is
-refused with one line naming the key, the value and the rule. benchmarks-style check: remove any rule from
-config.py and a row here fails (done by hand for this table; see the commit)."""
+refused with one line naming the key, the value and the rule. Removing any one rule from config.py makes a
+row here fail (checked for all 73 rule calls by replacing each with `pass` in turn; see the issue-32 report)."""
 from __future__ import annotations
 
 import pytest
@@ -16,7 +16,7 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["ppo.gamma=nan"], ["ppo.gamma", "finite", "nan"]),
     (["cluster.actor_timeout_s=-inf"], ["cluster.actor_timeout_s", "finite"]),
     # [run]
-    ([f"run.seed={BIG}"], ["run.seed", "[0, 4.29497e+09]", str(BIG)]),
+    ([f"run.seed={BIG}"], ["run.seed", "[0, 4294967295]", str(BIG)]),
     (["run.seed=-1"], ["run.seed", "-1"]),
     (["run.total_steps=0"], ["run.total_steps", "got 0"]),
     ([f"run.total_steps={BIG}"], ["run.total_steps", str(BIG)]),
@@ -29,7 +29,7 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["run.watchdog_s=1e9"], ["run.watchdog_s", "1000000000.0"]),
     # [cluster] topology
     (["cluster.actors=-2"], ["cluster.actors", ">= 0", "-2"]),
-    (["cluster.actors=5000"], ["cluster.actors", "5000"]),
+    (["cluster.actors=5000"], ["cluster.actors x cluster.envs_per_actor = 5000 env slots"]),
     (["cluster.envs_per_actor=5000"], ["cluster.envs_per_actor", "[1, 4096]", "5000"]),
     (["cluster.groups=3"], ["cluster.groups", "1 or 2", "3"]),
     (["cluster.envs=0"], ["cluster.envs", "[1, 4096]", "0"]),
@@ -62,8 +62,8 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["cluster.collective_timeout_s=1e9"], ["cluster.collective_timeout_s", "1000000000.0"]),
     (["cluster.max_message_mb=0"], ["cluster.max_message_mb", "[1, 4096]", "0"]),
     # [ppo] (issue 32: num_steps=1e9 ran out of memory, num_minibatches=100000 was accepted)
-    (["ppo.num_steps=0"], ["ppo.num_steps", "0"]),
-    (["ppo.num_steps=1000000000"], ["ppo.num_steps", "1000000000"]),
+    (["ppo.num_steps=0"], ["ppo.num_steps must be in [1, 4194304], got 0"]),
+    (["ppo.num_steps=1000000000"], ["ppo.num_steps must be in [1, 4194304], got 1000000000"]),
     (["ppo.num_steps=1000000", "cluster.actors=8", "cluster.envs_per_actor=8"],
      ["ppo.num_steps x env slots", "64000000", "4194304"]),
     (["ppo.gamma=1.5"], ["ppo.gamma", "[0, 1]", "1.5"]),
