@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fs_faults import read_only
 from tests.integration.cluster import run_launch
 
 pytestmark = pytest.mark.integration
@@ -33,3 +34,15 @@ def test_a_bad_value_or_file_is_one_line_exit_2_nothing_written(tmp_path, args, 
     assert result.returncode == 2, result.stdout[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
     assert not run_dir.exists()
+
+
+def test_an_unwritable_run_directory_is_one_line_exit_2(tmp_path):
+    """issue 32: an unwritable run directory gave a traceback."""
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    with read_only(parent):
+        result = run_launch("--config", "configs/smoke.toml", "--run-dir", str(parent / "run"), timeout=60)
+        assert sorted(parent.iterdir()) == []
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot use {parent / 'run'}: "), lines
