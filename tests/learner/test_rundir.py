@@ -28,3 +28,16 @@ def test_a_held_directory_is_refused_naming_the_holder_and_freed_on_release(tmp_
 def test_looking_at_an_unheld_directory_writes_nothing(tmp_path):
     assert holder(tmp_path) is None and refuse_if_held(tmp_path) is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_learner_run_on_its_own_takes_the_lock_and_is_refused_on_a_held_directory(tmp_path, capsys):
+    from learner.config import Config
+    from learner.main import run
+    lock = RunLock(tmp_path)
+    try:
+        assert run(Config(), tmp_path, parent_pid=0) == 2
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"in use by another run (pid {os.getpid()})" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lock"]
