@@ -124,11 +124,15 @@ def load(path: Path, device: str | torch.device = "cpu"):
     """A file's content, never unpickling anything but tensors and plain types (weights_only); one that does
     not load raises NotACheckpoint with one line."""
     try:
-        with warnings.catch_warnings():  # torch's advice about pickle protocols is not the user's business
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location=device, weights_only=True)
+        return _read(path, device)
     except Exception as exc:  # torch raises RuntimeError, OSError, EOFError, UnpicklingError ... for one cause
         raise NotACheckpoint(f"{path}: not a checkpoint of this project ({first_line(exc, 120)})") from None
+
+
+def _read(path: Path, device: str | torch.device):
+    with warnings.catch_warnings():  # torch's advice about pickle protocols is not the user's business
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location=device, weights_only=True)
 
 
 def load_checkpoint(path: Path, device: str | torch.device = "cpu") -> dict:
@@ -182,9 +186,13 @@ def load_newest(run_dir: Path, device: str | torch.device = "cpu") -> tuple[Path
     skipped = []
     for path in reversed(list_checkpoints(Path(run_dir) / "checkpoints")):
         try:
-            saved = load_checkpoint(path, device)
+            saved = _read(path, device)
+            check_structure(saved, path)
         except NotACheckpoint as exc:
             skipped.append((path, str(exc).split(": ", 1)[-1]))
+            continue
+        except Exception as exc:  # cut short (a full disk, a copy interrupted) or otherwise damaged
+            skipped.append((path, f"it does not load ({first_line(exc, 150)})"))
             continue
         if where := non_finite(saved):
             skipped.append((path, f"non-finite values in {where}"))
