@@ -12,14 +12,32 @@ Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exi
 """
 from __future__ import annotations
 
-import argparse
+import os
+import signal
+
+EARLY_SIGNALS: list[int] = []  # Ctrl-C / SIGTERM that came while the imports below ran (StopRequests adopts them)
+
+
+def _early_stop(signum, _frame) -> None:
+    """Before main() runs, a Ctrl-C is a stop request like any other (nothing has started yet), never a
+    KeyboardInterrupt traceback out of an import; a second one leaves at once."""
+    EARLY_SIGNALS.append(signum)
+    if len(EARLY_SIGNALS) > 1:
+        os._exit(130)
+
+
+if __name__ == "__main__":  # not in the spawned children, which re-import this file with SIGINT ignored
+    signal.signal(signal.SIGINT, _early_stop)
+    signal.signal(signal.SIGTERM, _early_stop)
+    # a Ctrl-C held blocked since before the interpreter started (a parent that blocked it) is handled now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+import argparse  # noqa: E402 (the handlers above come first)
 import json
 import logging
 import multiprocessing as mp
-import os
 import re
 import shutil
-import signal
 import socket
 import sys
 import time
@@ -28,7 +46,9 @@ from pathlib import Path
 
 from actor import EXIT_REFUSED, leave_on_sigterm, name_process
 from learner import config_docs
-from learner.config import Config, ConfigError, field_docs, from_dict, load, to_toml, with_topology
+from learner.config import Config, ConfigError, check_resume, field_docs, from_dict, load, to_toml, with_topology
+from learner.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
+from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("launch")
 ENDPOINT_TIMEOUT_S = 120.0
@@ -95,15 +115,18 @@ def resolve_config(args) -> tuple[Config, Path]:
         saved = run_dir / "config.toml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.toml there (not a run directory)")
-        return load(saved, overrides), run_dir
+        cfg = load(saved, overrides)
+        check_resume(load(saved), cfg, f"--resume {run_dir}")
+        return cfg, run_dir
     cfg = load(args.config, overrides)
     if args.run_dir:
         return cfg, Path(args.run_dir)
-    name = re.sub(r"[^A-Za-z0-9]+", "-", cfg.env.env_id.split("/")[-1]).strip("-").lower()
     # under torchrun or srun every worker (and a restarted job) must name the same directory
     job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
-    stamp = re.sub(r"[^A-Za-z0-9]+", "-", job) if external_job() and job else time.strftime('%Y%m%d-%H%M%S')
-    return cfg, Path("runs") / f"{name}-{stamp}"
+    if external_job() and job:
+        name = re.sub(r"[^A-Za-z0-9]+", "-", cfg.env.env_id.split("/")[-1]).strip("-").lower()
+        return cfg, Path("runs") / f"{name}-{re.sub(r'[^A-Za-z0-9]+', '-', job)}"
+    return cfg, Path("runs") / default_name(cfg.env.env_id)
 
 
 def external_job() -> dict | None:
@@ -169,7 +192,8 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, 
     rank = os.environ.get("RANK", "0")
     name_process("learner" if rank == "0" else f"learner-rank-{rank}")
     from learner.main import run
-    sys.exit(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
+    from learner.report.metrics import exit_process
+    exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
 def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
@@ -206,11 +230,13 @@ class StopRequests:
     KeyboardInterrupt traceback, and the stop goes in order."""
 
     def __init__(self):
-        self.requested = False
-        self.signals = 0
+        self.signals = len(EARLY_SIGNALS)  # a Ctrl-C during the imports counts as the first
+        self.requested = self.signals > 0
         self._pids: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        if self.requested:
+            log.warning("stopping (Ctrl-C again to force)")
 
     def __call__(self) -> bool:
         return self.requested
@@ -319,9 +345,7 @@ class Cluster:
             info["evaluator"] = self.evaluator.pid
         rank = int(self.ranks[0].get("RANK", "0")) if external_job() else 0
         name = f"processes-rank-{rank}.json" if rank else "processes.json"
-        tmp = self.run_dir / f".{name}.tmp"
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, self.run_dir / name)
+        atomic_write(self.run_dir / name, json.dumps(info))
 
     def _await_endpoint(self, env: dict, learner: mp.Process) -> str | None:
         """The learner's address once it has bound it; None when a stop was asked for or a learner ended
@@ -410,6 +434,24 @@ class Cluster:
                 proc.join()
         return [p.exitcode for p in self.learners]
 
+    def _stop_actors(self, failed: bool) -> None:
+        """Actors leave on the learner's goodbye. After a stop request one still starting (no goodbye to hear)
+        is not waited for long; after a learner that failed (no goodbye comes, or only from some of its
+        collectors) none is waited for: SIGTERM at once (each leaves as on Ctrl-C), SIGKILL past the grace."""
+        if not failed:
+            deadline = time.monotonic() + (ACTOR_GRACE_STOPPING_S if self.stops() else ACTOR_GRACE_S)
+            for proc in self.actors.values():
+                proc.join(max(deadline - time.monotonic(), 0.1))
+        for proc in self.actors.values():
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + ACTOR_GRACE_STOPPING_S
+        for proc in self.actors.values():
+            proc.join(max(deadline - time.monotonic(), 0.1))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
     def _shutdown(self) -> int:
         codes = self._stop_learners()
         if self.stops():  # a learner SIGTERMed before its handler was in place (still starting) stopped as asked
@@ -420,20 +462,9 @@ class Cluster:
             self.evaluator.terminate()
         if code not in (0, 2):
             log.error("the learner exited with code %s; stopping the actors", code)
-        # actors leave on the learner's goodbye or when it is gone; after a stop request one still starting
-        # (no goodbye to hear) is not waited for
-        deadline = time.monotonic() + (ACTOR_GRACE_STOPPING_S if self.stops() else ACTOR_GRACE_S)
-        for proc in self.actors.values():
-            proc.join(max(deadline - time.monotonic(), 0.1))
-        for proc in self.actors.values():
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(2.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        self._stop_actors(failed=code not in (0, 2))
         if self.evaluator is not None:  # SIGTERMed on entry: mid-evaluation perhaps, it drops a half-written video
-            self.evaluator.join(max(deadline - time.monotonic(), 2.0))
+            self.evaluator.join(ACTOR_GRACE_STOPPING_S)
             if self.evaluator.is_alive():
                 self.evaluator.kill()
                 self.evaluator.join()
@@ -446,29 +477,72 @@ def main(argv=None) -> int:
     stops = StopRequests()  # first: a Ctrl-C from here on stops in order
     args = build_parser().parse_args(argv)
     try:
-        if args.max_restarts < 0:
-            raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-        cfg, run_dir = resolve_config(args)
-        cfg = with_topology(cfg)
-        check_groups(cfg, cfg.cluster.groups)
-        check_learners(cfg)
-        resume = bool(args.resume) or restarted_by_torchrun(run_dir)
-        if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
-            check_fresh(run_dir)
-    except ConfigError as exc:
+        cfg, run_dir, resume = prepare(args)
+    except (ConfigError, RunDirHeld) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if stops():
         return 0
+    try:
+        lock, created, saved = take_run_dir(run_dir, cfg)
+    except (RunDirHeld, WriteFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_cluster(cfg, run_dir, resume, args.max_restarts, stops, created, saved)
+    finally:
+        lock.release()
+
+
+def prepare(args) -> tuple[Config, Path, bool]:
+    """The config, run directory and whether it resumes: everything checked, nothing written yet."""
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    cfg, run_dir = resolve_config(args)
+    cfg = with_topology(cfg)
+    check_groups(cfg, cfg.cluster.groups)
+    check_learners(cfg)
+    refuse_if_held(run_dir, lock_rank())  # before anything else looks at it: the holder's pid, exit 2
+    resume = bool(args.resume) or restarted_by_torchrun(run_dir)
+    if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+        check_fresh(run_dir)
+    return cfg, run_dir, resume
+
+
+def lock_rank() -> int:
+    job = external_job()
+    return job["rank"] if job else 0
+
+
+def take_run_dir(run_dir: Path, cfg: Config) -> tuple[RunLock, bool, bytes | None]:
+    """Create (if new) and lock the run directory, then write config.toml. Returns the lock, whether the
+    directory was created, and the config.toml it held before (restored if the learner refuses a resume)."""
     created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".config.toml.{os.getpid()}"  # several workers of one job may write it at once
-    tmp.write_text(to_toml(cfg))
-    os.replace(tmp, run_dir / "config.toml")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(run_dir, lock_rank())
+    except OSError as exc:
+        raise WriteFailed(f"cannot use {run_dir}: {exc.strerror or exc}") from None
+    except RunDirHeld:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    config = run_dir / "config.toml"
+    saved = config.read_bytes() if config.is_file() else None
+    try:
+        atomic_write(config, to_toml(cfg))  # several workers of one job may write it at once
+    except WriteFailed:
+        lock.release()
+        raise
+    return lock, created, saved
+
+
+def run_cluster(cfg: Config, run_dir: Path, resume: bool, max_restarts: int, stops: StopRequests, created: bool,
+                saved: bytes | None) -> int:
     learners = f"{cfg.cluster.learners} learner ranks" if cfg.cluster.learners > 1 else "learner"
     log.info("run directory %s: %s + %d actors x %d envs", run_dir, learners, cfg.cluster.actors,
              cfg.cluster.envs_per_actor)
-    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=args.max_restarts, stops=stops)
+    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=max_restarts, stops=stops)
     try:
         cluster.start()
     except RuntimeError as exc:  # the learner did not come up in time
@@ -478,6 +552,8 @@ def main(argv=None) -> int:
     if code == 2 and created:  # the learner refused to start (its log line said why): leave nothing behind
         shutil.rmtree(run_dir, ignore_errors=True)
         log.info("nothing started: removed %s", run_dir)
+    elif code == 2 and saved is not None:  # a refused resume: the run's own config stays
+        atomic_write(run_dir / "config.toml", saved)
     return code
 
 

@@ -36,6 +36,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # protocol.files, run as `python benchmarks/learning.py`
+
+from protocol.files import atomic_write  # noqa: E402
 WINDOW = 100  # games in the training return's window
 POLL_S = 5.0
 STOP_GRACE_S = 120.0
@@ -187,7 +191,7 @@ def publish(args: argparse.Namespace, run_dir: Path, summary: dict) -> Path:
     recipe = Path(args.recipe).stem
     entry = args.results / f"{summary['date']}-{args.hardware or hardware_label()}-{recipe}-seed{args.seed}"
     entry.mkdir(parents=True, exist_ok=True)
-    (entry / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write(entry / "summary.json", json.dumps(summary, indent=2) + "\n")
     for name in ("metrics.jsonl", "learner.log"):
         if (run_dir / name).exists():
             with open(run_dir / name, "rb") as src, gzip.open(entry / f"{name}.gz", "wb") as dst:
@@ -207,7 +211,7 @@ def main(argv=None) -> int:
     if not args.finish:
         started = {"started": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit()}
         runs.append({**started, **train(args, run_dir)})
-        summary_file.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+        atomic_write(summary_file, json.dumps({"runs": runs}, indent=2) + "\n")
     summary = summarize(args, run_dir, runs, evaluate(run_dir, args.eval_episodes))
     entry = publish(args, run_dir, summary)
     hit = "reached" if summary["reached"] else "did not reach"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import os
 import tomllib
 import typing
@@ -278,25 +279,43 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
 def load(path: str | Path, overrides: list[str] = ()) -> Config:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     cfg = from_dict(data)
     return apply_overrides(cfg, overrides)
 
 
+def read_text(path: Path) -> str:
+    """A config file's text: UTF-8 (a byte-order mark allowed); anything else is one ConfigError."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a config file (name a .toml file, e.g. configs/smoke.toml)")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "TOML files are UTF-8: save it as UTF-8") from None
+
+
 def parse_override(text: str) -> tuple[str, str, object]:
     """'section.key=value' -> (section, key, value); the value is read as TOML, else as a bare string."""
-    if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise ConfigError(f"--set {text!r}: expected section.key=value")
-    lhs, raw = text.split("=", 1)
-    section, key = lhs.strip().split(".", 1)
+    lhs = text.split("=", 1)[0].strip()
+    section, _, key = lhs.partition(".")
+    if "=" not in text or not section or not key or "." in key or any(ch.isspace() for ch in lhs):
+        raise ConfigError(f"--set {text!r}: expected section.key=value (e.g. --set ppo.learning_rate=0.001)")
+    raw = text.split("=", 1)[1].strip()
+    if "\n" in raw or "\r" in raw or "\x00" in raw:
+        raise ConfigError(f"--set {text!r}: the value must be one line")
     try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw.strip()
+        value = raw
     return section, key, value
 
 
@@ -369,13 +388,59 @@ def _is_host(text: str) -> bool:
         return bare == text and len(text) <= 253 and re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", text) is not None
 
 
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding, and every env seed derived from it fits the ALE's range
+DAY_S = 86_400.0
+MAX_ROLLOUT = 2**22  # samples (num_steps x env slots) in one rollout: 4M Atari samples are ~115 GB already
+MAX_STEPS = 2**62    # agent steps: room for any count, far from int64's end
+
+
 def validate(cfg: Config) -> None:
-    r, c, p, e = cfg.run, cfg.cluster, cfg.ppo, cfg.env
-    _require(r.total_steps > 0, f"run.total_steps must be > 0, got {r.total_steps}")
+    """Every value finite and within its stated bounds; the first that is not raises ConfigError naming the key,
+    the value and the rule."""
+    _check_finite(cfg)
+    _check_run(cfg.run)
+    _check_topology(cfg)
+    _check_addresses(cfg.cluster)
+    _check_cluster_limits(cfg)
+    _check_ppo(cfg)
+    _check_lr(cfg.ppo)
+    _check_model(cfg)
+    _check_log_eval(cfg)
+    _check_env(cfg.env)
+
+
+def _in(key: str, value, low, high, note: str = "") -> None:
+    _require(low <= value <= high, f"{key} must be in [{_num(low)}, {_num(high)}]{note}, got {value!r}")
+
+
+def _above(key: str, value, low, high, note: str = "") -> None:
+    """low < value <= high."""
+    _require(low < value <= high, f"{key} must be > {_num(low)} and <= {_num(high)}{note}, got {value!r}")
+
+
+def _num(x) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _check_finite(cfg: Config) -> None:
+    for name, table in cfg.to_dict().items():
+        for key, value in table.items():
+            _require(not isinstance(value, float) or math.isfinite(value),
+                     f"{name}.{key} must be a finite number, got {value!r}")
+
+
+def _check_run(r: RunConfig) -> None:
+    _in("run.seed", r.seed, 0, SEED_MAX)
+    _in("run.total_steps", r.total_steps, 1, MAX_STEPS)
     _require(r.device in ("auto", "cpu", "cuda"), f"run.device must be auto, cpu or cuda, got {r.device!r}")
-    _require(r.checkpoint_every > 0, f"run.checkpoint_every must be > 0, got {r.checkpoint_every}")
+    _in("run.checkpoint_every", r.checkpoint_every, 1, 2**31 - 1, " (updates)")
     _require(r.policy_lag in (0, 1), f"run.policy_lag must be 0 or 1, got {r.policy_lag}")
-    _require(r.torch_threads >= 0, f"run.torch_threads must be >= 0, got {r.torch_threads}")
+    _in("run.torch_threads", r.torch_threads, 0, 4096, " (0: torch's default)")
+    _in("run.watchdog_s", r.watchdog_s, 1.0, 7 * DAY_S, " seconds")
+
+
+def _check_topology(cfg: Config) -> None:
+    c = cfg.cluster
     _require(c.actors >= -1, f"cluster.actors must be >= 0 (or -1: from the cores), got {c.actors}")
     _require(0 <= c.envs_per_actor <= MAX_ENV_SLOTS,
              f"cluster.envs_per_actor must be in [1, {MAX_ENV_SLOTS}] (or 0: cluster.envs / actors), got {c.envs_per_actor}")
@@ -383,14 +448,24 @@ def validate(cfg: Config) -> None:
     _require(1 <= c.envs <= MAX_ENV_SLOTS, f"cluster.envs must be in [1, {MAX_ENV_SLOTS}], got {c.envs}")
     _require(cfg.num_envs <= MAX_ENV_SLOTS, f"cluster.actors x cluster.envs_per_actor = {cfg.num_envs} env slots: "
              f"more than the learner's limit of {MAX_ENV_SLOTS}")
+    _require(0 <= c.min_envs <= MAX_ENV_SLOTS, f"cluster.min_envs must be in [0, {MAX_ENV_SLOTS}] (the learner's "
+             f"limit of env slots), got {c.min_envs}")
+    _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
+    check_collectors(cfg)
+    if c.learners > 1:
+        check_multi_rank(cfg, f"cluster.learners = {c.learners}")
+
+
+def _check_addresses(c: ClusterConfig) -> None:
     _require(c.address == LOCAL or c.address.startswith(("tcp://", "ipc://")),
              f"cluster.address must be '{LOCAL}' or start with tcp:// or ipc://, got {c.address!r}")
     _require(c.weights_address.startswith(("tcp://", "ipc://")),
              f"cluster.weights_address must start with tcp:// or ipc://, got {c.weights_address!r}")
+    for key in ("address", "weights_address"):
+        _check_port(f"cluster.{key}", getattr(c, key))
     _require(c.advertise_host == "" or _is_host(c.advertise_host),
              f"cluster.advertise_host must be a host name or an IP address other actors can reach (not a wildcard "
              f"such as 0.0.0.0), got {c.advertise_host!r}")
-    _require(r.watchdog_s > 0, f"run.watchdog_s must be > 0, got {r.watchdog_s}")
     _require(c.address != c.weights_address or c.address.endswith(":0"),
              "cluster.address and cluster.weights_address must differ")
     _require(bool(c.server_key) == bool(c.allowed_keys), "cluster.server_key and cluster.allowed_keys go together")
@@ -401,61 +476,104 @@ def validate(cfg: Config) -> None:
             addr = getattr(c, key)
             _require(addr == LOCAL or is_loopback(addr), f"cluster.{key} {addr!r} is beyond loopback: binding "
                      "there requires CURVE keys (cluster.server_key, cluster.allowed_keys; see the README)")
-    _require(0 <= c.min_envs <= MAX_ENV_SLOTS, f"cluster.min_envs must be in [0, {MAX_ENV_SLOTS}] (the learner's "
-             f"limit of env slots), got {c.min_envs}")
-    _require(c.actor_timeout_s > 0, f"cluster.actor_timeout_s must be > 0, got {c.actor_timeout_s}")
-    _require(c.startup_timeout_s >= 0, f"cluster.startup_timeout_s must be >= 0, got {c.startup_timeout_s}")
-    _require(1 <= c.learners <= 64, f"cluster.learners must be in [1, 64], got {c.learners}")
-    check_collectors(cfg)
-    _require((why := check_admission_config(cfg)) is None, why)
-    _require(c.collective_timeout_s > 0, f"cluster.collective_timeout_s must be > 0, got {c.collective_timeout_s}")
-    if c.learners > 1:
-        check_multi_rank(cfg, f"cluster.learners = {c.learners}")
+
+
+def _check_port(key: str, address: str) -> None:
+    """tcp://HOST:PORT with PORT in 0..65535 (0: a free one); ZeroMQ would wrap 99999 round to another port."""
+    if not address.startswith("tcp://"):
+        return
+    host, sep, port = address[len("tcp://"):].rpartition(":")
+    _require(bool(sep) and bool(host) and port.isdigit() and int(port) <= 65535,
+             f"{key} must be tcp://HOST:PORT with PORT in [0, 65535] (0: a free one), got {address!r}")
+
+
+def _check_cluster_limits(cfg: Config) -> None:
+    c = cfg.cluster
+    _in("cluster.actor_timeout_s", c.actor_timeout_s, 1.0, DAY_S, " seconds")
+    _in("cluster.startup_timeout_s", c.startup_timeout_s, 0.0, 7 * DAY_S, " seconds (0: wait)")
+    _above("cluster.collective_timeout_s", c.collective_timeout_s, 0.0, DAY_S, " seconds")
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")
     _require(c.codec in ("auto", "none", *compression.available()), f"cluster.codec must be auto, none or a codec "
              f"installed here ({', '.join(compression.available()) or 'none installed'}), got {c.codec!r}")
-    _require(p.num_steps >= 1, f"ppo.num_steps must be >= 1, got {p.num_steps}")
-    _require(0 <= p.gamma <= 1, f"ppo.gamma must be in [0, 1], got {p.gamma}")
-    _require(0 <= p.gae_lambda <= 1, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
-    _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
+    _require((why := check_admission_config(cfg)) is None, why)
+
+
+def _check_ppo(cfg: Config) -> None:
+    p = cfg.ppo
+    _in("ppo.num_steps", p.num_steps, 1, MAX_ROLLOUT)
+    width = max(cfg.num_envs, cfg.cluster.min_envs, 1)
+    _require(p.num_steps * width <= MAX_ROLLOUT, f"ppo.num_steps x env slots = {p.num_steps} x {width} = "
+             f"{p.num_steps * width} samples per rollout: more than the limit of {MAX_ROLLOUT}")
+    _in("ppo.gamma", p.gamma, 0, 1)
+    _in("ppo.gae_lambda", p.gae_lambda, 0, 1)
+    _in("ppo.update_epochs", p.update_epochs, 1, 10_000)
+    _require(1 <= p.num_minibatches <= p.num_steps * width, f"ppo.num_minibatches must be in [1, {p.num_steps * width}] "
+             f"(the samples of a rollout, ppo.num_steps x env slots), got {p.num_minibatches}")
+    _require(p.variant in ("clip", "kl"), f"ppo.variant must be clip or kl, got {p.variant!r}")
+    _above("ppo.clip_coef", p.clip_coef, 0, 10)
+    _in("ppo.vf_coef", p.vf_coef, 0, 1000)
+    _in("ppo.ent_coef", p.ent_coef, 0, 1000)
+    _in("ppo.kl_target", p.kl_target, 0, 100)
+    _in("ppo.target_kl", p.target_kl, 0, 100, " (0 disables)")
+    _above("ppo.max_grad_norm", p.max_grad_norm, 0, 1e6)
+    _above("ppo.kl_beta", p.kl_beta, 0, 1e6)
+
+
+def _check_lr(p: PPOConfig) -> None:
+    _above("ppo.learning_rate", p.learning_rate, 0, 1)
     _require(p.lr_schedule in LR_SCHEDULES, f"ppo.lr_schedule must be linear, constant or adaptive, got {p.lr_schedule!r}")
-    _require(0 < p.lr_min <= p.lr_max, f"ppo.lr_min and ppo.lr_max must satisfy 0 < lr_min <= lr_max, got {p.lr_min}, {p.lr_max}")
+    _require(0 < p.lr_min <= p.lr_max <= 1, f"ppo.lr_min and ppo.lr_max must satisfy 0 < lr_min <= lr_max <= 1, "
+             f"got {p.lr_min}, {p.lr_max}")
     _require(p.lr_schedule != "adaptive" or p.lr_min <= p.learning_rate <= p.lr_max,
              f"ppo.learning_rate {p.learning_rate} must lie in [ppo.lr_min, ppo.lr_max] = [{p.lr_min}, {p.lr_max}] "
              "with lr_schedule adaptive")
     _require(p.lr_adapt_every in ("epoch", "minibatch"),
              f"ppo.lr_adapt_every must be epoch or minibatch, got {p.lr_adapt_every!r}")
-    _require(p.lr_kl_threshold > 0, f"ppo.lr_kl_threshold must be > 0, got {p.lr_kl_threshold}")
-    _require(p.adam_eps > 0, f"ppo.adam_eps must be > 0, got {p.adam_eps}")
-    _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
-    _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
-    _require(p.variant in ("clip", "kl"), f"ppo.variant must be clip or kl, got {p.variant!r}")
-    _require(p.clip_coef > 0, f"ppo.clip_coef must be > 0, got {p.clip_coef}")
-    for key in ("vf_coef", "ent_coef", "kl_target", "target_kl"):
-        _require(getattr(p, key) >= 0, f"ppo.{key} must be >= 0, got {getattr(p, key)}")
-    _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
-    _require(p.kl_beta > 0, f"ppo.kl_beta must be > 0, got {p.kl_beta}")
-    _require(cfg.model.kind in ("auto", "cnn", "mlp"), f"model.kind must be auto, cnn or mlp, got {cfg.model.kind!r}")
-    _require(cfg.model.activation in ACTIVATIONS,
-             f"model.activation must be relu or elu, got {cfg.model.activation!r}")
-    _require(cfg.model.hidden >= 1, f"model.hidden must be >= 1, got {cfg.model.hidden}")
-    _require(not (cfg.normalize.value and r.policy_lag), "normalize.value is not supported with run.policy_lag = 1 "
+    _above("ppo.lr_kl_threshold", p.lr_kl_threshold, 0, 10)
+    _above("ppo.adam_eps", p.adam_eps, 0, 1)
+
+
+def _check_model(cfg: Config) -> None:
+    m, n = cfg.model, cfg.normalize
+    _require(m.kind in ("auto", "cnn", "mlp"), f"model.kind must be auto, cnn or mlp, got {m.kind!r}")
+    _require(m.activation in ACTIVATIONS, f"model.activation must be relu or elu, got {m.activation!r}")
+    _in("model.hidden", m.hidden, 1, 65_536)
+    _require(not (n.value and cfg.run.policy_lag), "normalize.value is not supported with run.policy_lag = 1 "
              "(the lagged policy's value head would be read with the newer statistics): set one of them off")
-    _require(cfg.normalize.clip > 0, f"normalize.clip must be > 0, got {cfg.normalize.clip}")
-    _require(cfg.log.keep_checkpoints >= 1, f"log.keep_checkpoints must be >= 1, got {cfg.log.keep_checkpoints}")
+    _above("normalize.clip", n.clip, 0, 1e6)
+
+
+def _check_log_eval(cfg: Config) -> None:
+    _in("log.keep_checkpoints", cfg.log.keep_checkpoints, 1, 100_000)
     ev = cfg.eval
-    for key in ("every", "video_every"):
-        _require(getattr(ev, key) >= 0, f"eval.{key} must be >= 0, got {getattr(ev, key)}")
-    _require(ev.episodes >= 1, f"eval.episodes must be >= 1, got {ev.episodes}")
+    _in("eval.every", ev.every, 0, 2**31 - 1, " (updates; 0: never)")
+    _in("eval.video_every", ev.video_every, 0, 2**31 - 1, " (updates; 0: never)")
+    _in("eval.episodes", ev.episodes, 1, 100_000)
     _require(ev.sticky_actions == -1.0 or 0 <= ev.sticky_actions <= 1,
              f"eval.sticky_actions must be -1 or in [0, 1], got {ev.sticky_actions}")
-    _require(bool(e.env_id), "env.env_id must not be empty")
-    _require(0 <= e.noop_max <= 1000, f"env.noop_max must be in [0, 1000], got {e.noop_max}")
-    _require(1 <= e.frame_skip <= 100, f"env.frame_skip must be in [1, 100], got {e.frame_skip}")
-    _require(1 <= e.frame_stack <= 16, f"env.frame_stack must be in [1, 16], got {e.frame_stack}")
-    _require(8 <= e.resolution <= 512, f"env.resolution must be in [8, 512], got {e.resolution}")
-    _require(0 <= e.sticky_actions <= 1, f"env.sticky_actions must be in [0, 1], got {e.sticky_actions}")
-    _require(e.max_episode_steps >= 0, f"env.max_episode_steps must be >= 0, got {e.max_episode_steps}")
+
+
+def _check_env(e: EnvSettings) -> None:
+    _require(bool(e.env_id.strip()), "env.env_id must not be empty")
+    _in("env.noop_max", e.noop_max, 0, 1000)
+    _in("env.frame_skip", e.frame_skip, 1, 100)
+    _in("env.frame_stack", e.frame_stack, 1, 16)
+    _in("env.resolution", e.resolution, 8, 512)
+    _in("env.sticky_actions", e.sticky_actions, 0, 1)
+    _in("env.max_episode_steps", e.max_episode_steps, 0, 2**31 - 1, " (0: the env's own limit)")
+
+
+RESUME_FIXED = ("env", "model", "normalize.obs", "normalize.reward", "normalize.value", "ppo.variant")
+
+
+def check_resume(saved: Config, cfg: Config, what: str) -> None:
+    """What a resume may not change: the env (its data), the network, the statistics it was trained with."""
+    old, new = saved.to_dict(), cfg.to_dict()
+    for name in RESUME_FIXED:
+        section, _, key = name.partition(".")
+        for k in ([key] if key else old[section]):
+            _require(old[section][k] == new[section][k], f"{what}: {section}.{k} cannot change on resume (the "
+                     f"run's is {old[section][k]!r}, asked {new[section][k]!r}); start a new run for that")
 
 
 def to_toml(cfg: Config) -> str:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ import torch
 import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
+from learner.rundir import RunDirHeld, RunLock
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.gateway import Gateway
 from learner.gateway.admission import Admission, check_run_fits
@@ -46,6 +48,7 @@ from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
 from learner.report.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
 from protocol.settings import EnvSettings
+from protocol.files import WriteFailed, atomic_write
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
@@ -110,9 +113,7 @@ def collector_address(address: str, index: int) -> str:
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     """RUN_DIR/endpoints.json (rank 0: the address actors name), endpoints-rank-N.json for the others."""
     name = f"endpoints-rank-{rank}.json" if rank else "endpoints.json"
-    tmp = run_dir / f".{name}.tmp"
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, run_dir / name)
+    atomic_write(run_dir / name, json.dumps(info))
 
 
 class Stop:
@@ -155,9 +156,23 @@ class ParentWatch:
 
 
 def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
-    """parent_pid: the launcher's; the learner stops when it is gone (0: nobody to watch)."""
+    """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
+    nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = None if parent_pid else RunLock(run_dir, env_rank())
+    except RunDirHeld as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(cfg, run_dir, resume, parent_pid)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
     setup_logging(run_dir, env_rank())
     stop = Stop()
     if parent_pid:
@@ -177,7 +192,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
         return 1
     finally:
         learner.close()
-    return 0
+    return 1 if learner.save_failed else 0  # the final checkpoint could not be written: said above
 
 
 @dataclasses.dataclass
@@ -255,7 +270,7 @@ class Learner:
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
-        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
+        self.width, self.idle_said, self.finished, self.save_failed = 0, time.monotonic(), False, False
         self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
         self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
 
@@ -368,9 +383,9 @@ class Learner:
         """Continue from the newest checkpoint that loads (newer ones that do not are skipped, one line each)."""
         path, saved, skipped = checkpoint.load_newest(self.run_dir, self.device)
         for bad, why in skipped:
-            log.warning("skipped %s: it does not load (%s)", bad.name, why)
+            log.warning("skipped %s: %s; trying the one before it", bad.name, why)
         if path is None and skipped:
-            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} loads "
+            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} is usable "
                                f"({len(skipped)} tried; the newest, {skipped[0][0].name}: {skipped[0][1]})")
         if path is None:
             log.info("no checkpoint in %s: starting from scratch", self.run_dir)
@@ -540,8 +555,17 @@ class Learner:
                    "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
                    "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {},
                    "value_norm": self.value_norm.state_dict() if self.value_norm else {}}
-        return checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
-                               score=self.metrics.score())
+        try:
+            path = checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
+                                   score=self.metrics.score())
+        except WriteFailed as exc:  # disk full, read-only: the previous checkpoint stays, training goes on
+            last = checkpoint.latest(self.run_dir)
+            log.error("checkpoint of update %d not written (%s); the newest kept is %s", update, exc,
+                      last.name if last else "none")
+            self.save_failed = True
+            return None
+        self.save_failed = False
+        return path
 
     def close(self) -> None:
         if self.watchdog is not None:

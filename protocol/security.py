@@ -30,13 +30,14 @@ import logging
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
+
+from protocol.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -64,23 +65,6 @@ def _cert_text(kind: str, public_key: bytes, secret_key: bytes | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomic(path: Path, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            os.fchmod(f.fileno(), mode)  # exact mode, whatever the umask
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def generate_keypair(directory: str | os.PathLike, name: str, overwrite: bool = False) -> tuple[Path, Path]:
     """Write DIRECTORY/NAME.key (public, 0644) and DIRECTORY/NAME.key_secret (secret, 0600).
 
@@ -97,8 +81,8 @@ def generate_keypair(directory: str | os.PathLike, name: str, overwrite: bool = 
                 raise FileExistsError(f"{p} already exists; refusing to replace a key "
                                       "(--force or overwrite=True replaces it)")
     public_key, secret_key = zmq.curve_keypair()
-    _write_atomic(secret_path, _cert_text("Secret", public_key, secret_key), 0o600)
-    _write_atomic(public_path, _cert_text("Public", public_key, None), 0o644)
+    atomic_write(secret_path, _cert_text("Secret", public_key, secret_key), 0o600)
+    atomic_write(public_path, _cert_text("Public", public_key, None), 0o644)
     return public_path, secret_path
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from learner.collection.shard import Shard
 from learner.update.ranks import RankBalancer, joiner_rank
 from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
-from learner.report.metrics import log_name, setup_logging
+from learner.report.metrics import exit_process, log_name, setup_logging
 
 log = logging.getLogger("learner")
 READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
@@ -146,8 +145,7 @@ def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt
     except Exception as exc:  # one clear line to the training process, the traceback in the log
         log.error("collector %d failed:\n%s", spec.index, traceback.format_exc())
         code = _fail(conn, f"{type(exc).__name__}: {exc}")
-    logging.shutdown()
-    sys.exit(code)
+    exit_process(code)
 
 
 def _fail(conn, text: str) -> int:

@@ -69,7 +69,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> LoadedP
     """The model (and observation normalizer) of a checkpoint, with the run config it was trained with."""
     from actor.envs import describe_spaces, make_env
     path = resolve_checkpoint(path)
-    saved = checkpoint.load(path, device)
+    saved = checkpoint.load_checkpoint(path, device)
     cfg = from_dict(saved["config"])
     env = make_env(cfg.env, cfg.run.seed)
     try:
@@ -77,7 +77,11 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> LoadedP
     finally:
         env.close()
     model, obs_norm = build_policy(cfg, obs_space, action_space, device)
-    model.load_state_dict(saved["model"])
+    try:
+        model.load_state_dict(saved["model"])
+    except RuntimeError as exc:  # the weights of another network: torch's message runs to many lines
+        raise checkpoint.NotACheckpoint(f"{path}: its weights do not fit the network of its own config "
+                                        f"({checkpoint.first_line(exc)})") from None
     if obs_norm is not None and saved.get("obs_norm"):
         obs_norm.load_state_dict(saved["obs_norm"])
     meta = {k: saved.get(k) for k in ("update", "env_steps", "version", "elapsed_s")}
@@ -277,8 +281,11 @@ def main(argv=None) -> int:
 def _evaluate(args, ckpt) -> int:
     try:
         policy = load_policy(ckpt, args.device)
+    except checkpoint.NotACheckpoint as exc:  # (a ValueError) already names the file
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, KeyError, ValueError, RuntimeError, ConfigError) as exc:
-        print(f"error: {ckpt}: not a usable checkpoint ({exc})", file=sys.stderr)
+        print(f"error: {ckpt}: not a usable checkpoint ({checkpoint.first_line(exc)})", file=sys.stderr)
         return 2
     env = policy.cfg.env
     sticky = args.sticky_actions if args.sticky_actions is not None else env.sticky_actions

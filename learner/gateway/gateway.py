@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable

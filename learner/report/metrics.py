@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
 from learner.report.progress import ProgressBar
 from learner.report.sinks import build_sinks
+from protocol.files import atomic_write
 
 log = logging.getLogger("learner")
 
@@ -37,6 +39,19 @@ def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
+
+
+def exit_process(code: int) -> None:
+    """End a learner or collector process once it has closed what it opened: logs and consoles flushed, then
+    os._exit. Skipping the interpreter's own teardown (torch's and every module's finalizers, seconds on a
+    busy machine, measured ~2 s per process on 2 shared cores) lets a failed run end within its 3 s."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class EvalReader:
@@ -86,9 +101,7 @@ def drop_rows_after(path: Path, update: int) -> int:
     if drop:
         with open(path.with_name(path.name + ".dropped"), "a") as f:
             f.writelines(line if line.endswith("\n") else line + "\n" for line in drop)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(keep))
-        tmp.replace(path)
+        atomic_write(path, "".join(keep))
     return len(drop)
 
 

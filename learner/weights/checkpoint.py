@@ -9,36 +9,46 @@ The content is tensors and plain types only, loadable with torch.load(weights_on
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
+
+from protocol.files import WriteFailed, atomic_write, is_temp
 
 PATTERN = re.compile(r"^ckpt_(\d{8})\.pt$")
 BEST = "best.pt"
 BEST_INFO = "best.json"
 TMP_PREFIX = ".tmp_"
+FORMAT = "ppo-cluster-checkpoint/1"  # the marker every checkpoint since issue 32 carries
+REQUIRED = {"model": dict, "updater": dict, "config": dict, "update": int, "env_steps": int}  # and older ones too
+
+
+class NotACheckpoint(ValueError):
+    """A file that is not a checkpoint of this project (or one whose numbers are not finite): one line."""
 
 
 def save(run_dir: Path, update: int, state: dict, keep: int = 3, score: float | None = None) -> Path:
     """Write ckpt_<update>.pt, keep the newest `keep` of them, and make it best.pt if `score` beats the best.
 
-    score None (or NaN) means "no score yet": best.pt is left alone.
+    score None (or NaN) means "no score yet": best.pt is left alone. A write that fails (disk full, read-only)
+    raises WriteFailed with the previous checkpoints intact and no temp file left.
     """
     ckpt_dir = Path(run_dir) / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {ckpt_dir}: {exc.strerror or exc}") from None
     final = ckpt_dir / f"ckpt_{update:08d}.pt"
-    tmp = _tmp_path(final)
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(ckpt_dir)
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, **state}, buffer)
+    atomic_write(final, buffer.getbuffer())
     if score is not None and math.isfinite(score) and score > (best_score(run_dir) or -math.inf):
         _install_best(ckpt_dir, final, float(score), update)
     prune(ckpt_dir, keep)
@@ -53,35 +63,25 @@ def _install_best(ckpt_dir: Path, source: Path, score: float, update: int) -> No
     """best.pt becomes a hard link to (or, where links are unsupported, a copy of) `source`, atomically."""
     best = ckpt_dir / BEST
     tmp = _tmp_path(best)
-    tmp.unlink(missing_ok=True)
     try:
-        os.link(source, tmp)  # same inode: no second write, and pruning `source` later leaves it intact
-    except OSError:
-        shutil.copyfile(source, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-    os.replace(tmp, best)
-    info_tmp = _tmp_path(ckpt_dir / BEST_INFO)
-    with open(info_tmp, "w") as f:
-        json.dump({"score": score, "update": update, "source": source.name}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(info_tmp, ckpt_dir / BEST_INFO)
-    _fsync_dir(ckpt_dir)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(source, tmp)  # same inode: no second write, and pruning `source` later leaves it intact
+        except OSError:
+            shutil.copyfile(source, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, best)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise WriteFailed(f"cannot write {best}: {exc.strerror or exc}") from None
+    atomic_write(ckpt_dir / BEST_INFO, json.dumps({"score": score, "update": update, "source": source.name}))
 
 
 def prune(ckpt_dir: Path, keep: int) -> None:
     """Keep the newest `keep` checkpoints (best.pt is not one of them); temp files of dead writers go too."""
-    for stale in ckpt_dir.glob(f"{TMP_PREFIX}*"):
-        if not stale.name.endswith(f".{os.getpid()}"):
+    for stale in ckpt_dir.iterdir():
+        if (stale.name.startswith(TMP_PREFIX) and not stale.name.endswith(f".{os.getpid()}")) or is_temp(stale.name):
             stale.unlink(missing_ok=True)
     if keep > 0:
         for old in list_checkpoints(ckpt_dir)[:-keep]:
@@ -120,22 +120,84 @@ def best_score(run_dir: Path) -> float | None:
     return float(info["score"]) if info else None
 
 
-def load(path: Path, device: str | torch.device = "cpu") -> dict:
-    return torch.load(path, map_location=device, weights_only=True)
+def load(path: Path, device: str | torch.device = "cpu"):
+    """A file's content, never unpickling anything but tensors and plain types (weights_only); one that does
+    not load raises NotACheckpoint with one line."""
+    try:
+        return _read(path, device)
+    except Exception as exc:  # torch raises RuntimeError, OSError, EOFError, UnpicklingError ... for one cause
+        raise NotACheckpoint(f"{path}: not a checkpoint of this project ({first_line(exc, 120)})") from None
+
+
+def _read(path: Path, device: str | torch.device):
+    with warnings.catch_warnings():  # torch's advice about pickle protocols is not the user's business
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location=device, weights_only=True)
+
+
+def load_checkpoint(path: Path, device: str | torch.device = "cpu") -> dict:
+    """load(), and the structure of a checkpoint of this project checked (else NotACheckpoint, one line)."""
+    saved = load(path, device)
+    check_structure(saved, path)
+    return saved
+
+
+def check_structure(saved, path: Path | str = "checkpoint") -> None:
+    """The keys and types every checkpoint of this project has (a format marker, when present, must match)."""
+    if not isinstance(saved, dict):
+        raise NotACheckpoint(f"{path}: not a checkpoint of this project (it holds a {type(saved).__name__}, "
+                             "not a checkpoint's table)")
+    if "format" in saved and saved["format"] != FORMAT:
+        raise NotACheckpoint(f"{path}: not a checkpoint of this project (format {saved['format']!r})")
+    wrong = [key for key, kind in REQUIRED.items() if not isinstance(saved.get(key), kind)]
+    if wrong:
+        raise NotACheckpoint(f"{path}: not a checkpoint of this project (missing or wrong: {', '.join(wrong)})")
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in saved["model"].items()):
+        raise NotACheckpoint(f"{path}: not a checkpoint of this project (its model is not a table of tensors)")
+
+
+NUMERIC_PARTS = ("model", "updater", "obs_norm", "reward_scaler", "value_norm")
+
+
+def non_finite(saved: dict) -> str | None:
+    """Where the first NaN or infinity of the weights, optimizer state or statistics is; None if none."""
+    def walk(value, where: str) -> str | None:
+        if isinstance(value, torch.Tensor):
+            ok = not value.is_floating_point() or bool(torch.isfinite(value).all())
+            return None if ok else where
+        if isinstance(value, float):
+            return None if math.isfinite(value) else where
+        if isinstance(value, dict):
+            items = value.items()
+        elif isinstance(value, (list, tuple)):
+            items = enumerate(value)
+        else:
+            return None
+        return next((found for k, v in items if (found := walk(v, f"{where}.{k}"))), None)
+    return next((found for part in NUMERIC_PARTS if (found := walk(saved.get(part), part))), None)
 
 
 def load_newest(run_dir: Path, device: str | torch.device = "cpu") -> tuple[Path | None, dict | None, list]:
-    """The newest checkpoint that loads, its content, and the newer ones that did not load as
-    [(path, reason in one line)], newest first. (None, None, skipped) when none loads (or there is none).
+    """The newest checkpoint that loads and holds only finite numbers, its content, and the newer ones that
+    did not as [(path, reason in one line)], newest first. (None, None, skipped) when none does.
 
-    A file cut short (a full disk, a copy interrupted) or otherwise damaged must not end a resume: the one
-    before it is at most run.checkpoint_every updates older."""
+    A file cut short (a full disk, a copy interrupted), otherwise damaged, or saved from a run whose weights
+    had diverged to NaN must not end a resume: the one before it is at most run.checkpoint_every updates older."""
     skipped = []
     for path in reversed(list_checkpoints(Path(run_dir) / "checkpoints")):
         try:
-            return path, load(path, device), skipped
-        except Exception as exc:  # torch raises RuntimeError, OSError, EOFError, UnpicklingError ... for one cause
-            skipped.append((path, first_line(exc)))
+            saved = _read(path, device)
+            check_structure(saved, path)
+        except NotACheckpoint as exc:
+            skipped.append((path, str(exc).split(": ", 1)[-1]))
+            continue
+        except Exception as exc:  # cut short (a full disk, a copy interrupted) or otherwise damaged
+            skipped.append((path, f"it does not load ({first_line(exc, 150)})"))
+            continue
+        if where := non_finite(saved):
+            skipped.append((path, f"non-finite values in {where}"))
+            continue
+        return path, saved, skipped
     return None, None, skipped
 
 

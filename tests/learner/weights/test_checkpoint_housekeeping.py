@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import os
+import pickle
 
+import pytest
 import torch
 
 from learner.weights import checkpoint
 from learner.report.episodes import EpisodeStats
+from protocol.files import WriteFailed
+from tests.fs_faults import full_disk, read_only
 
 
-def _state(update: int) -> dict:
-    return {"update": update, "model": {"w": torch.full((3,), float(update))}}
+def _state(update: int, w: float | None = None) -> dict:
+    return {"update": update, "env_steps": 128 * update, "config": {}, "updater": {"lr": 2.5e-4},
+            "model": {"w": torch.full((3,), float(update if w is None else w))}}
 
 
 def _names(run_dir) -> set[str]:
@@ -105,3 +110,77 @@ def test_episode_stats_survive_a_checkpoint(tmp_path):
     assert list(again.lengths) == list(range(31, 131)) and again.take_new() == []
     again.add(1000.0, 5)
     assert again.count == 131 and len(again.returns) == 100 and again.returns[-1] == 1000.0
+
+
+@pytest.mark.parametrize("where, spoil", [
+    ("model.w", lambda s: s["model"].update(w=torch.tensor([1.0, float("nan"), 0.0]))),
+    ("updater.state.0.exp_avg", lambda s: s["updater"].update(state={0: {"exp_avg": torch.tensor([float("inf")])}})),
+    ("updater.lr", lambda s: s["updater"].update(lr=float("nan"))),
+])
+def test_resume_skips_checkpoints_with_non_finite_numbers_to_the_previous_good_one(tmp_path, where, spoil):
+    """issue 32: resume loaded a checkpoint whose weights were NaN."""
+    checkpoint.save(tmp_path, 1, _state(1), keep=10)
+    bad = _state(2)
+    spoil(bad)
+    checkpoint.save(tmp_path, 2, bad, keep=10)
+    path, state, skipped = checkpoint.load_newest(tmp_path)
+    assert path.name == "ckpt_00000001.pt" and state["update"] == 1
+    assert skipped == [(tmp_path / "checkpoints" / "ckpt_00000002.pt", f"non-finite values in {where}")]
+
+
+def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temp_file(tmp_path):
+    """issue 32: a full disk gave a traceback and left a temporary checkpoint behind."""
+    with full_disk(tmp_path / "run" / "checkpoints", size_kb=256):
+        run_dir = tmp_path / "run"
+        checkpoint.save(run_dir, 1, _state(1), keep=1, score=1.0)
+        before = _names(run_dir)
+        big = _state(2)
+        big["model"]["w"] = torch.zeros(1 << 18)  # 1 MiB: more than the disk holds
+        with pytest.raises(WriteFailed, match="cannot write .*ckpt_00000002.pt"):
+            checkpoint.save(run_dir, 2, big, keep=1, score=2.0)
+        assert _names(run_dir) == before == {"ckpt_00000001.pt", "best.pt", "best.json"}
+        assert checkpoint.load_newest(run_dir)[1]["update"] == 1
+
+
+def test_a_read_only_checkpoint_directory_keeps_the_previous_checkpoint(tmp_path):
+    checkpoint.save(tmp_path, 1, _state(1), keep=3)
+    with read_only(tmp_path / "checkpoints"):
+        with pytest.raises(WriteFailed, match="cannot write"):
+            checkpoint.save(tmp_path, 2, _state(2), keep=3)
+        assert _names(tmp_path) == {"ckpt_00000001.pt"}
+
+
+class Exploit:
+    """A pickle that runs code when unpickled: it would create the file named."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+NOT_CHECKPOINTS = [b"", os.urandom(4096), pickle.dumps(EpisodeStats()), "exploit", "list", "another model", "format"]
+
+
+def write_not_a_checkpoint(path, content) -> None:
+    if content == "exploit":
+        torch.save({**_state(1), "x": Exploit(path.with_name("pwned"))}, path)
+    elif content == "list":
+        torch.save([1, 2, 3], path)
+    elif content == "another model":
+        torch.save(torch.nn.Linear(3, 2).state_dict(), path)
+    elif content == "format":
+        torch.save({**_state(1), "format": "someone-else/1"}, path)
+    else:
+        path.write_bytes(content)
+
+
+@pytest.mark.parametrize("content", NOT_CHECKPOINTS)
+def test_only_checkpoints_of_this_project_load_and_nothing_is_unpickled(tmp_path, content):
+    path = tmp_path / "x.pt"
+    write_not_a_checkpoint(path, content)
+    with pytest.raises(checkpoint.NotACheckpoint, match="not a checkpoint of this project") as caught:
+        checkpoint.load_checkpoint(path)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+    assert not (tmp_path / "pwned").exists()

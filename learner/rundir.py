@@ -1,0 +1,89 @@
+"""A run directory is held by one run at a time: names that cannot collide, and an exclusive lock.
+
+RUN_DIR/lock is locked (fcntl.flock, exclusive) by the process that owns the run, launch.py or a learner
+started on its own, from before it writes anything there until it exits; the kernel drops the lock when
+that process dies however it dies, so a stale lock never blocks a --resume. The file records the holder's
+pid, which a refused second run names. Torch-free: launch.py checks before any heavy import.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+LOCK = "lock"
+
+
+class RunDirHeld(RuntimeError):
+    """Another live process holds the run directory: one line naming it."""
+
+
+def default_name(env_id: str, now: float | None = None) -> str:
+    """<env>-<date>-<time>-<pid>-<random>: two runs started in the same second (on one host or sharing
+    runs/ over a network filesystem) get different directories."""
+    env = re.sub(r"[^A-Za-z0-9]+", "-", env_id.split("/")[-1]).strip("-").lower() or "run"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{env}-{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def lock_name(rank: int = 0) -> str:
+    """Each local rank of a torchrun/srun job holds its own lock in the shared run directory."""
+    return f"{LOCK}-rank-{rank}" if rank else LOCK
+
+
+def holder(run_dir: Path, rank: int = 0) -> int | None:
+    """The pid of the live process holding run_dir, None when nobody does. Writes nothing."""
+    try:
+        fd = os.open(Path(run_dir) / lock_name(rank), os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: nobody ever held it (a holder creates it first)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _pid_in(fd)
+    finally:
+        os.close(fd)
+
+
+def refuse_if_held(run_dir: Path, rank: int = 0) -> None:
+    pid = holder(run_dir, rank)
+    if pid is not None:
+        raise RunDirHeld(_held_line(run_dir, pid))
+
+
+class RunLock:
+    """The exclusive lock on a run directory, held until release() or the process's exit."""
+
+    def __init__(self, run_dir: Path, rank: int = 0):
+        self.path = Path(run_dir) / lock_name(rank)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children (O_CLOEXEC)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _pid_in(self.fd)
+            os.close(self.fd)
+            raise RunDirHeld(_held_line(run_dir, pid)) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the last descriptor drops the lock
+            self.fd = -1
+
+
+def _pid_in(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError):
+        return None  # the holder is between its lock and writing its pid
+
+
+def _held_line(run_dir: Path, pid: int | None) -> str:
+    who = f"pid {pid}" if pid is not None else "a process that has not yet written its pid"
+    return (f"run directory {run_dir} is in use by another run ({who}): stop that run first, or pick another "
+            f"--run-dir")

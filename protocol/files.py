@@ -1,0 +1,79 @@
+"""Whole-file writes that a crash, a full disk or a read-only directory never leave torn or half-done.
+
+`atomic_write` writes a temp file in the target's own directory (same filesystem, so the rename is atomic),
+fsyncs it, renames it over the target and fsyncs the directory. On any failure the temp file is removed and
+the target is left as it was; an OSError comes back as one `WriteFailed` naming the file and the cause.
+Torch-free and numpy-free: launch.py, the learner, the actors' key tool and the benchmarks share it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, IO
+
+
+class WriteFailed(OSError):
+    """A file could not be written (disk full, read-only, no permission): the old one, if any, is intact."""
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str, mode: int | None = None) -> Path:
+    """Write `data` (str: UTF-8) to `path` atomically; `mode`: exact permission bits (else umask's default)."""
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return atomic_write_with(path, lambda f: f.write(payload), mode)
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[IO[bytes]], object], mode: int | None = None) -> Path:
+    """As atomic_write, the content written by `write(binary_file)` (e.g. torch.save into it)."""
+    path = Path(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode if mode is not None else 0o666 & ~_UMASK)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        fsync_dir(path.parent)
+    except OSError as exc:
+        failed = WriteFailed(f"cannot write {path}: {exc.strerror or exc}")
+        failed.errno = exc.errno
+        raise failed from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return path
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def is_temp(name: str) -> bool:
+    """A temp file atomic_write leaves only if its process was killed mid-write (safe to delete then)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _read_umask() -> int:
+    """The process's umask, read once at import (os.umask can only read it by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()

@@ -1,0 +1,36 @@
+"""issue 32, point 6, with a real run: a full disk under RUN/checkpoints (a tiny tmpfs, root only) during
+training gave a traceback and left a temporary checkpoint. Now: one line per failed write naming the kept
+checkpoint, training goes on (nothing is lost that stopping would keep), no temp file; a final checkpoint
+that cannot be written makes the exit code 1."""
+from __future__ import annotations
+
+import pytest
+
+from tests.fs_faults import full_disk
+from tests.integration.cluster import assert_session_gone, launch, metrics, stop, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_full_disk_during_training_keeps_the_last_checkpoint_and_training_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    # MLP 2 x 256: a checkpoint (weights + Adam's moments) of ~1.7 MB; the disk holds one, not two
+    with full_disk(run_dir / "checkpoints", size_kb=2500) as disk:
+        proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                      "--set", "model.hidden=256", "--set", "run.checkpoint_every=1", "--set", "log.keep_checkpoints=1")
+        log = run_dir / "learner.log"
+        try:
+            wait_for(lambda: log.exists() and "not written" in log.read_text(), 120, "a failed checkpoint write", proc)
+            failed_at = len(metrics(run_dir))
+            wait_for(lambda: len(metrics(run_dir)) >= failed_at + 2, 60, "training to go on", proc)
+        finally:
+            out = stop(proc)
+        names = sorted(p.name for p in disk.iterdir())
+    assert names == ["ckpt_00000001.pt"] or names == ["best.json", "best.pt", "ckpt_00000001.pt"], names
+    errors = [line for line in log.read_text().splitlines() if " ERROR " in line]
+    assert errors and all("not written (cannot write" in e and "the newest kept is ckpt_00000001.pt" in e
+                          for e in errors), errors
+    assert "No space left on device" in errors[0], errors[0]
+    assert "Traceback" not in out and "Traceback" not in log.read_text(), out[-3000:]
+    assert proc.returncode == 1, out[-2000:]  # the final checkpoint could not be written either
+    assert_session_gone(proc.pid)

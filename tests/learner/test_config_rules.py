@@ -1,0 +1,176 @@
+"""Every validation rule of learner/config.py, one row each (issue 32, point 5): a value that breaks it is
+refused with one line naming the key, the value and the rule. Removing any one rule from config.py makes a
+row here fail (checked for all 73 rule calls by replacing each with `pass` in turn; see the issue-32 report)."""
+from __future__ import annotations
+
+import pytest
+
+from learner.config import Config, ConfigError, apply_overrides, load, parse_override
+
+BIG = 2**70
+RULES = [  # (overrides, words the one-line message must contain)
+    # every float finite (issue 32: learning_rate=inf, ent_coef=inf, watchdog_s=inf crashed later)
+    (["ppo.learning_rate=inf"], ["ppo.learning_rate", "finite", "inf"]),
+    (["ppo.ent_coef=inf"], ["ppo.ent_coef", "finite"]),
+    (["run.watchdog_s=inf"], ["run.watchdog_s", "finite"]),
+    (["ppo.gamma=nan"], ["ppo.gamma", "finite", "nan"]),
+    (["cluster.actor_timeout_s=-inf"], ["cluster.actor_timeout_s", "finite"]),
+    # [run]
+    ([f"run.seed={BIG}"], ["run.seed", "[0, 4294967295]", str(BIG)]),
+    (["run.seed=-1"], ["run.seed", "-1"]),
+    (["run.total_steps=0"], ["run.total_steps", "got 0"]),
+    ([f"run.total_steps={BIG}"], ["run.total_steps", str(BIG)]),
+    (["run.device='tpu'"], ["run.device", "auto, cpu or cuda", "tpu"]),
+    (["run.checkpoint_every=0"], ["run.checkpoint_every", "got 0"]),
+    (["run.policy_lag=2"], ["run.policy_lag", "0 or 1", "2"]),
+    (["run.torch_threads=-1"], ["run.torch_threads", "-1"]),
+    (["run.torch_threads=100000"], ["run.torch_threads", "100000"]),
+    (["run.watchdog_s=0.5"], ["run.watchdog_s", "[1, ", "0.5"]),
+    (["run.watchdog_s=1e9"], ["run.watchdog_s", "1000000000.0"]),
+    # [cluster] topology
+    (["cluster.actors=-2"], ["cluster.actors", ">= 0", "-2"]),
+    (["cluster.actors=5000"], ["cluster.actors x cluster.envs_per_actor = 5000 env slots"]),
+    (["cluster.envs_per_actor=5000"], ["cluster.envs_per_actor", "[1, 4096]", "5000"]),
+    (["cluster.groups=3"], ["cluster.groups", "1 or 2", "3"]),
+    (["cluster.envs=0"], ["cluster.envs", "[1, 4096]", "0"]),
+    (["cluster.actors=100", "cluster.envs_per_actor=100"], ["10000 env slots", "4096"]),
+    (["cluster.min_envs=5000"], ["cluster.min_envs", "5000"]),
+    (["cluster.learners=0"], ["cluster.learners", "[1, 64]", "0"]),
+    (["cluster.collectors=65"], ["cluster.collectors", "[0, 64]", "65"]),
+    (["cluster.collectors=2", "run.deterministic=true"], ["cluster.collectors = 2", "deterministic"]),
+    (["cluster.collectors=2", "normalize.obs=true"], ["cluster.collectors = 2", "normalize.obs"]),
+    (["cluster.learners=2", "run.policy_lag=1"], ["run.policy_lag = 1", "cluster.learners = 2"]),
+    (["cluster.learners=2", "normalize.reward=true"], ["normalize.reward", "cluster.learners = 2"]),
+    # [cluster] addresses (issue 32: a weights port of 99999 was silently changed)
+    (["cluster.address='udp://x'"], ["cluster.address", "tcp://", "udp://x"]),
+    (["cluster.weights_address='local'"], ["cluster.weights_address", "tcp://", "local"]),
+    (["cluster.weights_address='tcp://127.0.0.1:99999'"], ["cluster.weights_address", "[0, 65535]", "99999"]),
+    (["cluster.address='tcp://127.0.0.1:-5'"], ["cluster.address", "[0, 65535]", "-5"]),
+    (["cluster.address='tcp://127.0.0.1'"], ["cluster.address", "HOST:PORT", "tcp://127.0.0.1"]),
+    (["cluster.advertise_host='0.0.0.0'"], ["cluster.advertise_host", "wildcard", "0.0.0.0"]),
+    (["cluster.address='tcp://127.0.0.1:5555'", "cluster.weights_address='tcp://127.0.0.1:5555'"],
+     ["cluster.address and cluster.weights_address must differ"]),
+    (["cluster.server_key='k'"], ["cluster.server_key and cluster.allowed_keys go together"]),
+    (["cluster.client_key='k'"], ["cluster.client_key needs cluster.server_key"]),
+    (["cluster.address='tcp://0.0.0.0:0'"], ["cluster.address", "beyond loopback", "CURVE"]),
+    # [cluster] limits (issue 32: actor_timeout_s=1e-9 was accepted)
+    (["cluster.actor_timeout_s=1e-9"], ["cluster.actor_timeout_s", "[1, 86400]", "1e-09"]),
+    (["cluster.actor_timeout_s=1e6"], ["cluster.actor_timeout_s", "1000000.0"]),
+    (["cluster.startup_timeout_s=-1"], ["cluster.startup_timeout_s", "-1"]),
+    (["cluster.startup_timeout_s=1e9"], ["cluster.startup_timeout_s", "1000000000.0"]),
+    (["cluster.collective_timeout_s=0"], ["cluster.collective_timeout_s", "> 0", "0.0"]),
+    (["cluster.collective_timeout_s=1e9"], ["cluster.collective_timeout_s", "1000000000.0"]),
+    (["cluster.max_message_mb=0"], ["cluster.max_message_mb", "[1, 4096]", "0"]),
+    # [ppo] (issue 32: num_steps=1e9 ran out of memory, num_minibatches=100000 was accepted)
+    (["ppo.num_steps=0"], ["ppo.num_steps must be in [1, 4194304], got 0"]),
+    (["ppo.num_steps=1000000000"], ["ppo.num_steps must be in [1, 4194304], got 1000000000"]),
+    (["ppo.num_steps=1000000", "cluster.actors=8", "cluster.envs_per_actor=8"],
+     ["ppo.num_steps x env slots", "64000000", "4194304"]),
+    (["ppo.gamma=1.5"], ["ppo.gamma", "[0, 1]", "1.5"]),
+    (["ppo.gae_lambda=-0.1"], ["ppo.gae_lambda", "[0, 1]", "-0.1"]),
+    (["ppo.update_epochs=0"], ["ppo.update_epochs", "0"]),
+    (["ppo.update_epochs=100000"], ["ppo.update_epochs", "100000"]),
+    (["ppo.num_minibatches=0"], ["ppo.num_minibatches", "0"]),
+    (["ppo.num_minibatches=100000", "ppo.num_steps=128", "cluster.actors=2", "cluster.envs_per_actor=4"],
+     ["ppo.num_minibatches", "[1, 1024]", "100000"]),
+    (["ppo.variant='ppg'"], ["ppo.variant", "clip or kl", "ppg"]),
+    (["ppo.clip_coef=0"], ["ppo.clip_coef", "> 0", "0.0"]),
+    (["ppo.clip_coef=100"], ["ppo.clip_coef", "100.0"]),
+    (["ppo.vf_coef=-1"], ["ppo.vf_coef", "-1.0"]),
+    (["ppo.vf_coef=1e9"], ["ppo.vf_coef", "1000000000.0"]),
+    (["ppo.ent_coef=-0.01"], ["ppo.ent_coef", "-0.01"]),
+    (["ppo.ent_coef=1e9"], ["ppo.ent_coef", "1000000000.0"]),
+    (["ppo.kl_target=-1"], ["ppo.kl_target", "-1.0"]),
+    (["ppo.target_kl=-1"], ["ppo.target_kl", "-1.0"]),
+    (["ppo.max_grad_norm=0"], ["ppo.max_grad_norm", "0.0"]),
+    (["ppo.kl_beta=0"], ["ppo.kl_beta", "0.0"]),
+    # learning rate
+    (["ppo.learning_rate=0"], ["ppo.learning_rate", "> 0", "0.0"]),
+    (["ppo.learning_rate=5"], ["ppo.learning_rate", "<= 1", "5.0"]),
+    (["ppo.lr_schedule='cosine'"], ["ppo.lr_schedule", "cosine"]),
+    (["ppo.lr_min=0.1", "ppo.lr_max=0.01"], ["ppo.lr_min and ppo.lr_max", "0.1, 0.01"]),
+    (["ppo.lr_max=2"], ["ppo.lr_min and ppo.lr_max", "lr_max <= 1", "2.0"]),
+    (["ppo.lr_schedule='adaptive'", "ppo.learning_rate=0.5"], ["ppo.learning_rate 0.5", "adaptive"]),
+    (["ppo.lr_adapt_every='update'"], ["ppo.lr_adapt_every", "update"]),
+    (["ppo.lr_kl_threshold=0"], ["ppo.lr_kl_threshold", "0.0"]),
+    (["ppo.adam_eps=0"], ["ppo.adam_eps", "0.0"]),
+    # [model], [normalize]
+    (["model.kind='rnn'"], ["model.kind", "rnn"]),
+    (["model.activation='tanh'"], ["model.activation", "tanh"]),
+    (["model.hidden=0"], ["model.hidden", "0"]),
+    (["model.hidden=1000000"], ["model.hidden", "1000000"]),
+    (["normalize.value=true", "run.policy_lag=1"], ["normalize.value", "run.policy_lag = 1"]),
+    (["normalize.clip=0"], ["normalize.clip", "0.0"]),
+    # [log], [eval]
+    (["log.keep_checkpoints=0"], ["log.keep_checkpoints", "0"]),
+    (["eval.every=-1"], ["eval.every", "-1"]),
+    (["eval.video_every=-1"], ["eval.video_every", "-1"]),
+    (["eval.episodes=0"], ["eval.episodes", "0"]),
+    (["eval.sticky_actions=2"], ["eval.sticky_actions", "2.0"]),
+    # [env]
+    (["env.env_id=''"], ["env.env_id", "empty"]),
+    (["env.noop_max=-1"], ["env.noop_max", "-1"]),
+    (["env.frame_skip=0"], ["env.frame_skip", "0"]),
+    (["env.frame_stack=17"], ["env.frame_stack", "17"]),
+    (["env.resolution=4"], ["env.resolution", "4"]),
+    (["env.sticky_actions=1.5"], ["env.sticky_actions", "1.5"]),
+    (["env.max_episode_steps=-1"], ["env.max_episode_steps", "-1"]),
+    # types, names, syntax
+    (["ppo.clip_coef=abc"], ["ppo.clip_coef", "expected float", "abc"]),
+    (["run.seed=1.5"], ["run.seed", "expected int", "1.5"]),
+    (["ppo.no_such_key=1"], ["unknown config key ppo.no_such_key"]),
+    (["nope.key=1"], ["unknown config section [nope]"]),
+    (["oops"], ["--set 'oops'", "section.key=value"]),
+    (["=1"], ["section.key=value"]),
+    (["ppo.=1"], ["section.key=value"]),
+    (["a.b.c=1"], ["section.key=value"]),
+    (["ppo.gamma=0.9\nppo.lam=1"], ["one line"]),
+]
+
+
+@pytest.mark.parametrize("overrides, words", RULES, ids=[" ".join(o)[:60] for o, _ in RULES])
+def test_every_rule_refuses_in_one_line_naming_key_value_and_rule(overrides, words):
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(Config(), overrides)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_the_defaults_pass():
+    apply_overrides(Config(), ["run.seed=0"])
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\xff\xfe[\x00r\x00u\x00n\x00]\x00", ["not UTF-8", "0xff", "offset 0"]),  # UTF-16
+    (b"[run]\nseed = 1\nname = '\xe9t\xe9'\n", ["not UTF-8", "0xe9"]),  # Latin-1
+    (b"[run\nseed = 1\n", ["not valid TOML"]),
+    (b"[run]\nseed = 1\nseed = 2\n", ["not valid TOML"]),
+    (b"run = 3\n", ["[run] must be a table"]),
+    (b"[ppo]\nlearning_rate = inf\n", ["ppo.learning_rate", "finite"]),
+])
+def test_config_files_in_any_form_are_one_line(tmp_path, content, words):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert "\n" not in str(caught.value) and all(w in str(caught.value) for w in words), str(caught.value)
+
+
+def test_a_utf8_file_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes("\ufeff[run]\nseed = 7\n".encode())
+    assert load(path).run.seed == 7
+
+
+def test_a_directory_or_a_missing_file_as_config_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory, not a config file"):
+        load(tmp_path)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load(tmp_path / "missing.toml")
+
+
+def test_override_values_are_read_as_toml_else_as_a_bare_string():
+    assert parse_override("env.env_id=ALE/Pong-v5") == ("env", "env_id", "ALE/Pong-v5")
+    assert parse_override("ppo.gamma = 0.9") == ("ppo", "gamma", 0.9)

@@ -1,0 +1,49 @@
+"""atomic_write: the whole new content or the old one, never a torn file or a temp file left behind."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from protocol.files import WriteFailed, atomic_write, atomic_write_with
+from tests.fs_faults import full_disk, read_only
+
+
+def test_writes_and_replaces_whole_files(tmp_path):
+    target = tmp_path / "endpoints.json"
+    atomic_write(target, '{"a": 1}')
+    atomic_write(target, b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01" and os.listdir(tmp_path) == ["endpoints.json"]
+    atomic_write(tmp_path / "secret", "s", mode=0o600)
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_failing_writer_leaves_the_old_file_and_no_temp(tmp_path):
+    target = tmp_path / "config.toml"
+    target.write_text("old")
+
+    def half(f):
+        f.write(b"new, half")
+        raise RuntimeError("writer died")
+    with pytest.raises(RuntimeError):
+        atomic_write_with(target, half)
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["config.toml"]
+
+
+def test_a_full_disk_is_one_clean_error_and_leaves_the_old_file(tmp_path):
+    with full_disk(tmp_path / "disk", size_kb=64) as disk:
+        (disk / "state").write_text("old")
+        with pytest.raises(WriteFailed) as caught:
+            atomic_write(disk / "state", b"x" * (256 << 10))
+        assert "cannot write" in str(caught.value) and "\n" not in str(caught.value)
+        assert (disk / "state").read_text() == "old" and os.listdir(disk) == ["state"]
+
+
+def test_a_read_only_directory_is_one_clean_error(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "state").write_text("old")
+    with read_only(folder):
+        with pytest.raises(WriteFailed, match="cannot write"):
+            atomic_write(folder / "state", "new")
+        assert (folder / "state").read_text() == "old" and os.listdir(folder) == ["state"]
