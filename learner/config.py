@@ -403,6 +403,7 @@ def validate(cfg: Config) -> None:
     _check_addresses(cfg.cluster)
     _check_cluster_limits(cfg)
     _check_ppo(cfg)
+    _require((why := check_admission_config(cfg)) is None, why)  # the memory budget's keys
     _check_lr(cfg.ppo)
     _check_model(cfg)
     _check_log_eval(cfg)
@@ -495,7 +496,6 @@ def _check_cluster_limits(cfg: Config) -> None:
     _require(1 <= c.max_message_mb <= 4096, f"cluster.max_message_mb must be in [1, 4096], got {c.max_message_mb}")
     _require(c.codec in ("auto", "none", *compression.available()), f"cluster.codec must be auto, none or a codec "
              f"installed here ({', '.join(compression.available()) or 'none installed'}), got {c.codec!r}")
-    _require((why := check_admission_config(cfg)) is None, why)
 
 
 def _check_ppo(cfg: Config) -> None:
@@ -508,7 +508,8 @@ def _check_ppo(cfg: Config) -> None:
     _in("ppo.gae_lambda", p.gae_lambda, 0, 1)
     _in("ppo.update_epochs", p.update_epochs, 1, 10_000)
     _require(1 <= p.num_minibatches <= p.num_steps * width, f"ppo.num_minibatches must be in [1, {p.num_steps * width}] "
-             f"(the samples of a rollout, ppo.num_steps x env slots), got {p.num_minibatches}")
+             f"(the samples of a rollout, ppo.num_steps x env slots; more: a minibatch would hold less than one sample), "
+             f"got {p.num_minibatches}")
     _require(p.variant in ("clip", "kl"), f"ppo.variant must be clip or kl, got {p.variant!r}")
     _above("ppo.clip_coef", p.clip_coef, 0, 10)
     _in("ppo.vf_coef", p.vf_coef, 0, 1000)

@@ -9,7 +9,6 @@ Torch-free, like learner/config.py.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import textwrap
 import typing

@@ -98,23 +98,13 @@ def check_run_fits(admission: Admission, run_envs: int, min_envs: int) -> str | 
 
 
 def check_admission_config(cfg) -> str | None:
-    """The admission keys in range, and an update that is not absurd (None: fine); called by config.validate."""
+    """The admission keys in range (None: fine); called by config.validate, which also refuses an absurd update
+    (more minibatches than samples)."""
     c = cfg.cluster
     if c.memory_budget_mb < 0:
         return f"cluster.memory_budget_mb must be >= 0 (0: half of this machine's memory), got {c.memory_budget_mb}"
     if not 0 <= c.max_envs_per_actor <= HARD_MAX_ENVS:
         return f"cluster.max_envs_per_actor must be in [0, {HARD_MAX_ENVS}] (0: derived), got {c.max_envs_per_actor}"
-    width = 0 if cfg.run.collect_only else max(cfg.num_envs, c.min_envs)  # 0: no update, or actors only from elsewhere
-    return check_update_shape(width, cfg.ppo.num_steps, cfg.ppo.num_minibatches) if width else None
-
-
-def check_update_shape(num_envs: int, num_steps: int, num_minibatches: int) -> str | None:
-    """Why the update the config describes would be absurd (None: it is not): a minibatch must hold at least
-    one sample of the run's own rollout (num_envs x num_steps)."""
-    samples = num_envs * num_steps
-    if num_minibatches > samples:
-        return (f"ppo.num_minibatches = {num_minibatches} is more than the {samples} samples of a rollout "
-                f"(cluster envs {num_envs} x ppo.num_steps {num_steps}): a minibatch would hold less than one sample")
     return None
 
 

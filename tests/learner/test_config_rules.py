@@ -61,6 +61,10 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["cluster.collective_timeout_s=0"], ["cluster.collective_timeout_s", "> 0", "0.0"]),
     (["cluster.collective_timeout_s=1e9"], ["cluster.collective_timeout_s", "1000000000.0"]),
     (["cluster.max_message_mb=0"], ["cluster.max_message_mb", "[1, 4096]", "0"]),
+    (["cluster.codec=gzip"], ["cluster.codec", "auto, none", "'gzip'"]),
+    (["cluster.memory_budget_mb=-1"], ["cluster.memory_budget_mb", ">= 0", "-1"]),
+    (["cluster.max_envs_per_actor=-1"], ["cluster.max_envs_per_actor", "-1"]),
+    (["cluster.max_envs_per_actor=100000"], ["cluster.max_envs_per_actor", "100000"]),
     # [ppo] (issue 32: num_steps=1e9 ran out of memory, num_minibatches=100000 was accepted)
     (["ppo.num_steps=0"], ["ppo.num_steps must be in [1, 4194304], got 0"]),
     (["ppo.num_steps=1000000000"], ["ppo.num_steps must be in [1, 4194304], got 1000000000"]),

@@ -2,7 +2,7 @@
 import pytest
 
 from learner.gateway.admission import (ROLLOUT_COPIES, Admission, AdmissionRefused, check_run_fits,
-                                       check_update_shape, slot_bytes)
+                                       slot_bytes)
 from learner.gateway.registry import ActorRegistry
 
 BREAKOUT = ((4, 84, 84), "uint8", 128)
@@ -42,8 +42,6 @@ def test_a_registry_with_a_budget_holds_no_more_than_it_admits():
 def test_runs_and_updates_that_cannot_work_are_named():
     assert "more than the memory budget" in check_run_fits(Admission.of(64, 0, 8, *BREAKOUT), 64, 0)
     assert check_run_fits(Admission.of(1024, 0, 8, *BREAKOUT), 8, 0) is None
-    assert "less than one sample" in check_update_shape(8, 128, 100_000)
-    assert check_update_shape(8, 128, 1024) is None
 
 
 def test_only_silence_while_the_learner_listens_counts():
