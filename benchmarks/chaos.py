@@ -21,6 +21,7 @@ e.g. "10 of 10 faults survived, 0 checkpoints lost". Exit status 0 when all were
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -209,18 +210,25 @@ def _answer(sock, timeout_s: float = 30.0):
     return m.decode(sock.recv_multipart())
 
 
-def ghost(run: Run, row: Row) -> None:
+@contextlib.contextmanager
+def _welcomed(run: Run, envs: int, name: str):
+    """A client of our own that handshakes and is welcomed: yields (socket, the last update, the start time)."""
     from protocol import messages as m
     ctx, sock = _client(run.info("endpoints.json")["address"])
     try:
         u, t0 = run.last()["update"], time.monotonic()
-        sock.send_multipart(m.encode(m.Handshake(4, "ghost")))
+        sock.send_multipart(m.encode(m.Handshake(envs, name)))
         if not isinstance(_answer(sock), m.Welcome):
-            raise Failed("the ghost was not welcomed")
-        row.detected_s = wait(lambda: run.event_after(u, "ghost left: silent"), "retirement of the ghost", t0)
-        row.recovered_s = row.detected_s  # its slots are free again from then on
+            raise Failed(f"the {name} was not welcomed")
+        yield sock, u, t0
     finally:
         ctx.destroy(linger=0)
+
+
+def ghost(run: Run, row: Row) -> None:
+    with _welcomed(run, 4, "ghost") as (sock, u, t0):
+        row.detected_s = wait(lambda: run.event_after(u, "ghost left: silent"), "retirement of the ghost", t0)
+        row.recovered_s = row.detected_s  # its slots are free again from then on
 
 
 def greedy(run: Run, row: Row) -> None:
@@ -240,7 +248,7 @@ def greedy(run: Run, row: Row) -> None:
 
 def flood(run: Run, row: Row) -> None:
     import zmq
-    address, u, t0 = run.info("endpoints.json")["address"], run.last()["update"], time.monotonic()
+    address, t0 = run.info("endpoints.json")["address"], time.monotonic()
     rejected = run.last().get("rejected_messages", 0)
     ctx = zmq.Context()
     try:
@@ -261,12 +269,7 @@ def flood(run: Run, row: Row) -> None:
 def out_of_turn(run: Run, row: Row) -> None:
     import numpy as np
     from protocol import messages as m
-    ctx, sock = _client(run.info("endpoints.json")["address"])
-    try:
-        u, t0 = run.last()["update"], time.monotonic()
-        sock.send_multipart(m.encode(m.Handshake(1, "rogue")))
-        if not isinstance(_answer(sock), m.Welcome):
-            raise Failed("the rogue was not welcomed")
+    with _welcomed(run, 1, "rogue") as (sock, u, t0):
         sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
                                                   np.zeros(1, bool), np.zeros(1, bool))))  # before its first
         answer = _answer(sock)
@@ -274,19 +277,12 @@ def out_of_turn(run: Run, row: Row) -> None:
             raise Failed(f"out-of-turn report answered {type(answer).__name__}")
         row.detected_s = round(time.monotonic() - t0, 1)
         row.recovered_s = wait(lambda: run.trained_after(u), "update after the offence", t0)
-    finally:
-        ctx.destroy(linger=0)
 
 
 def second_run(run: Run, row: Row) -> None:
     """Another launch.py on the held directory must be refused, and the first run go on untouched."""
     u, t0 = run.last()["update"], time.monotonic()
-    attempts = [["--run-dir", str(run.run_dir)]]
-    if "fcntl" in (REPO / "launch.py").read_text():
-        attempts.append(["--resume", str(run.run_dir)])
-    else:
-        row.note = "--resume of a live run skipped: run-dir lock not on this branch"
-    for where in attempts:
+    for where in (["--run-dir", str(run.run_dir)], ["--resume", str(run.run_dir)]):
         second = subprocess.run([sys.executable, "launch.py", *LAUNCH, *where], cwd=REPO, capture_output=True,
                                 text=True, timeout=DEADLINE_S, start_new_session=True)
         if second.returncode != 2:

@@ -38,7 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # protocol.files, run as `python benchmarks/learning.py`
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # procfs, a sibling module
 
+from procfs import read_metrics  # noqa: E402
 from protocol.files import atomic_write  # noqa: E402
 WINDOW = 100  # games in the training return's window
 POLL_S = 5.0
@@ -68,18 +70,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.resume and args.finish:
         ap.error("--resume and --finish exclude each other")
     return args
-
-
-def read_rows(metrics: Path) -> list[dict]:
-    if not metrics.exists():
-        return []
-    rows = []
-    for line in metrics.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written
-            break
-    return rows
 
 
 def full_window_rows(rows: list[dict]) -> list[dict]:
@@ -113,7 +103,7 @@ def train(args: argparse.Namespace, run_dir: Path) -> dict:
                 proc.wait(timeout=POLL_S)
             except subprocess.TimeoutExpired:
                 pass
-            hit = first_hit(read_rows(run_dir / "metrics.jsonl"), args.target)
+            hit = first_hit(read_metrics(run_dir / "metrics.jsonl"), args.target)
             if stopped_for is None and ((hit and not args.keep_going) or time.monotonic() > deadline):
                 stopped_for = "target" if hit and not args.keep_going else "max-hours"
                 print(f"stopping the run ({stopped_for}): Ctrl-C, final checkpoint", flush=True)
@@ -169,7 +159,7 @@ def commit() -> str:
 
 
 def summarize(args: argparse.Namespace, run_dir: Path, runs: list[dict], evaluation: dict | None) -> dict:
-    rows = read_rows(run_dir / "metrics.jsonl")
+    rows = read_metrics(run_dir / "metrics.jsonl")
     hit = first_hit(rows, args.target)
     last = rows[-1] if rows else {}
     best = max((r["episode_return_mean"] for r in full_window_rows(rows)), default=None)
