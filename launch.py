@@ -345,7 +345,10 @@ class Cluster:
             info["evaluator"] = self.evaluator.pid
         rank = int(self.ranks[0].get("RANK", "0")) if external_job() else 0
         name = f"processes-rank-{rank}.json" if rank else "processes.json"
-        atomic_write(self.run_dir / name, json.dumps(info))
+        try:
+            atomic_write(self.run_dir / name, json.dumps(info))
+        except WriteFailed as exc:  # a full or read-only disk: the learner says so and stops; nothing to add
+            log.warning("%s not updated (%s)", name, exc)
 
     def _await_endpoint(self, env: dict, learner: mp.Process) -> str | None:
         """The learner's address once it has bound it; None when a stop was asked for or a learner ended

@@ -46,7 +46,7 @@ from learner.weights.shared import SharedWeights
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
-from learner.report.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
+from learner.report.metrics import MetricsWriter, append_line, close_quietly, drop_rows_after, log_name, setup_logging
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
 from protocol.transport import local_address
@@ -189,6 +189,9 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
         learner.train()
     except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
         log.error("%s", exc)  # the level already says ERROR
+        return 1
+    except WriteFailed as exc:  # the run directory's disk is full or read-only: stop, resume when it is not
+        log.error("%s: the run stops; nothing is lost beyond the newest checkpoint (--resume)", exc)
         return 1
     finally:
         learner.close()
@@ -540,8 +543,8 @@ class Learner:
                           rank_weights_checksums=sums)
         self.metrics.write(record)
         for ret, length in ep.take_new():
-            self.episodes_file.write(json.dumps({"update": job.update, "env_steps": job.env_steps,
-                                                 "return": ret, "length": int(length)}) + "\n")
+            append_line(self.episodes_file, {"update": job.update, "env_steps": job.env_steps, "return": ret,
+                                             "length": int(length)})
 
     def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:
         """The update and env steps are those of the weights saved: with policy lag the loop is one rollout
@@ -572,7 +575,7 @@ class Learner:
             self.watchdog.stop()
         if self.metrics is not None:
             self.metrics.close()
-            self.episodes_file.close()
+            close_quietly(self.episodes_file)
         self.collection.close()
         self.publisher.close()
         if self.curve is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from learner.report.progress import ProgressBar
 from learner.report.sinks import build_sinks
-from protocol.files import atomic_write
+from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("learner")
 
@@ -36,6 +36,7 @@ def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     root.setLevel(logging.INFO)
     tag = "".join(f"[{t}] " for t in (f"rank {rank}" if rank else "", tag) if t)
     fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
+    logging.raiseExceptions = False  # a log file on a full disk: no traceback per line (stdout still has them)
     for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
@@ -52,6 +53,14 @@ def exit_process(code: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def append_line(file, record: dict) -> None:
+    """One JSON line onto a run file; a full or read-only disk is WriteFailed (one line, the run stops)."""
+    try:
+        file.write(json.dumps(record) + "\n")
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {file.name}: {exc.strerror or exc}") from None
 
 
 class EvalReader:
@@ -139,7 +148,7 @@ class MetricsWriter:
             record = {**record, "eval_return_mean": result.get("eval_return_mean"),
                       "eval_return_std": result.get("eval_return_std"), "eval_update": result.get("update")}
         record = {k: _clean(v) for k, v in record.items()}
-        self.file.write(json.dumps(record) + "\n")
+        append_line(self.file, record)
         self.last = record
         log.info(format_line(record))
         if self.bar is not None:
@@ -166,7 +175,15 @@ class MetricsWriter:
                 sink.close()
             except Exception as exc:
                 log.warning("metrics sink %s did not close cleanly (%s)", type(sink).__name__, exc)
-        self.file.close()
+        close_quietly(self.file)
+
+
+def close_quietly(file) -> None:
+    """Close a run file whose last lines may not fit on a full disk (already said by WriteFailed)."""
+    try:
+        file.close()
+    except OSError:
+        pass
 
 
 def format_line(r: dict) -> str:

@@ -34,3 +34,30 @@ def test_a_full_disk_during_training_keeps_the_last_checkpoint_and_training_goes
     assert "Traceback" not in out and "Traceback" not in log.read_text(), out[-3000:]
     assert proc.returncode == 1, out[-2000:]  # the final checkpoint could not be written either
     assert_session_gone(proc.pid)
+
+
+def test_a_full_disk_under_the_whole_run_directory_stops_the_run_in_one_line(tmp_path):
+    """The metrics and episode files on a full disk (seen with benchmarks/chaos.py: a traceback per log line,
+    then the learner's own): one ERROR line, exit 1, no traceback, no process left."""
+    import os
+    with full_disk(tmp_path / "fs", size_kb=8192) as disk:
+        run_dir = disk / "run"
+        proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                      "--set", "run.checkpoint_every=1000")
+        try:
+            wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
+            with open(disk / "filler", "wb") as f:
+                try:
+                    while f.write(b"\0" * 65536):
+                        f.flush()
+                except OSError:
+                    pass
+            proc.wait(timeout=60)
+        finally:
+            out = stop(proc)
+            os.unlink(disk / "filler")
+    assert proc.returncode == 1, out[-2000:]
+    assert "the run stops; nothing is lost beyond the newest checkpoint" in out, out[-2000:]
+    assert "No space left on device" in out, out[-2000:]
+    assert "Traceback" not in out and "Logging error" not in out, out[-3000:]
+    assert_session_gone(proc.pid)
