@@ -140,6 +140,9 @@ def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt
         code = CollectorProcess(spec, conn, weights, board.numpy(), halt.numpy()).serve()
     except Stalled as exc:
         code = _fail(conn, str(exc))
+    except EOFError:  # the pipe closed: the training process is gone (kill -9 included); nobody to serve
+        log.warning("collector %d: the training process is gone; stopping", spec.index)
+        code = 1
     except (zmq.ZMQError, OSError) as exc:  # an address in use, a key file: the one line says it all
         code = _fail(conn, f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # one clear line to the training process, the traceback in the log

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+import threading
 from pathlib import Path
 
 from learner.report.progress import ProgressBar
@@ -37,9 +38,20 @@ def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     tag = "".join(f"[{t}] " for t in (f"rank {rank}" if rank else "", tag) if t)
     fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
     logging.raiseExceptions = False  # a log file on a full disk: no traceback per line (stdout still has them)
+    threading.excepthook = _thread_failed
     for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
+
+
+def _thread_failed(args) -> None:
+    """A library's thread that fails on the disk (TensorBoard's event writer on a full disk) says so in one
+    line; anything else keeps Python's traceback."""
+    if isinstance(args.exc_value, OSError):
+        name = args.thread.name if args.thread is not None else "a thread"
+        log.warning("%s stopped: %s", name, args.exc_value)
+    else:
+        threading.__excepthook__(args)
 
 
 def exit_process(code: int) -> None:

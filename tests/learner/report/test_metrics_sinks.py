@@ -169,3 +169,28 @@ def test_rows_past_the_checkpoint_are_moved_aside_on_resume(tmp_path):
     assert [json.loads(line)["update"] for line in path.read_text().splitlines()] == [1, 2]
     assert len((tmp_path / "metrics.jsonl.dropped").read_text().splitlines()) == 3
     assert drop_rows_after(tmp_path / "absent.jsonl", 2) == 0
+
+
+def test_a_library_thread_failing_on_the_disk_is_one_line_not_a_traceback(tmp_path, capsys):
+    """TensorBoard's event-writer thread on a full disk printed a traceback (seen with benchmarks/chaos.py)."""
+    import logging
+    import threading
+
+    from learner.report.metrics import setup_logging
+    root, hook = logging.getLogger(), threading.excepthook
+    handlers = list(root.handlers)
+    try:
+        setup_logging(tmp_path)
+
+        def write():
+            raise OSError(28, "No space left on device")
+        t = threading.Thread(target=write, name="EventFileWriter")
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = hook
+        for h in root.handlers[len(handlers):]:
+            root.removeHandler(h)
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err + out.out
+    assert "EventFileWriter stopped: [Errno 28] No space left on device" in (tmp_path / "learner.log").read_text()
