@@ -23,24 +23,22 @@ import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.stalls import Stalled, Watchdog
-from learner.gateway.gateway import Gateway
 from learner.gateway.admission import Admission, check_run_fits
-from learner.gateway.registry import ActorRegistry
-from learner.collection.collector import Collector
+from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed
+from learner.collection.collection import Collection
+from learner.collection.forms import open_collection
 from learner.collection.inference import Inference
-from learner.collection.local import LocalCollection
-from learner.collection.pool import CollectorPool, default_collectors
-from learner.collection.process import CollectorSpec
+from learner.collection.pool import default_collectors
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.runner import UpdateRunner
-from learner.update.ranks import (RankBalancer, Ranks, RanksLost, advertised_address, checksum, env_rank,
-                                 local_slots_of_rank, min_envs_of_rank, rank_address)
+from learner.update.ranks import (Ranks, RanksLost, advertised_address, checksum, env_rank, local_slots_of_rank,
+                                 min_envs_of_rank, rank_address)
 from learner.weights import checkpoint
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
-from learner.weights.shared import SharedWeights
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
@@ -50,7 +48,6 @@ from protocol.transport import local_address
 
 log = logging.getLogger("learner")
 PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
-TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
 
 
 class StartupError(Exception):
@@ -98,13 +95,6 @@ def probe_spaces(settings: EnvSettings, seed: int):
         return describe_spaces(env)
     finally:
         env.close()
-
-
-def collector_address(address: str, index: int) -> str:
-    """Where collector `index` > 0 binds: a free port of collector 0's host, or an ipc path beside its own."""
-    if address.startswith("ipc://"):
-        return f"{address}-collector-{index}"
-    return f"{address.rpartition(':')[0]}:0"
 
 
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
@@ -237,9 +227,8 @@ class Learner:
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * c.collective_timeout_s))
-        self.layout = (obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32), action_space.shape,
-                       torch.long if action_space.kind == "discrete" else torch.float32)
-        self.spaces = (actor_env, actor_obs_space, obs_space, action_space, stack)
+        self.layout = Layout.of(obs_space, action_space)
+        self.spaces = Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
         self.admission = self._admission(obs_space)
         self._open_sockets()
         if stack > 1:
@@ -294,10 +283,8 @@ class Learner:
         run_id = uuid.uuid4().hex[:12]
         address, weights_address = (rank_address(local_address(a), ranks.rank)
                                     for a in (cfg.cluster.address, cfg.cluster.weights_address))
-        k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
-                               cfg.normalize.obs)
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
-            self.collection = self._local(address, run_id) if k == 1 else self._pool(k, address, run_id)
+            self.collection = self._open_collection(address, run_id)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
             self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
         endpoint = self.collection.endpoint
@@ -313,41 +300,16 @@ class Learner:
                  "" if advertised == endpoint else f" (advertised as {advertised})",
                  self.publisher.endpoint, self.device, type(self.model).__name__)
 
-    def _local(self, address: str, run_id: str) -> LocalCollection:
-        """Collection on this process's own thread: gateway, collector and inference."""
-        cfg, r, c = self.cfg, self.cfg.run, self.cfg.cluster
-        actor_env, actor_obs_space, _, action_space, stack = self.spaces
-        registry = ActorRegistry(admission=self.admission)  # who is connected: the gateway admits them, the collector serves them
-        targets = self._rank_targets()
-        balancer = RankBalancer(registry.num_slots, *targets) if targets else None  # which rank a joiner goes to
-        gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
-                          r.seed + 100_003 * self.ranks.rank, self.state["update"], run_id, c.max_message_mb << 20,
-                          curve=self.curve, registry=registry, redirect=balancer, codec=c.codec)
-        collector = Collector(
-            gateway, registry, self.policy, cfg.ppo.num_steps, *self.layout, self.device, c.actor_timeout_s,
-            lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,
-            double_buffer=self.lagged, flow_through=r.collect_only and not r.deterministic,  # collect-only: no weights to wait for
-            watchdog=self.watchdog, link=self.link)
-        return LocalCollection(gateway, registry, collector, balancer)
-
-    def _pool(self, k: int, address: str, run_id: str) -> CollectorPool:
-        """K collector processes, collector 0 at `address`, the others on free ports of the same host."""
-        cfg, r, rank = self.cfg, self.cfg.run, self.ranks.rank
-        actor_env, actor_obs_space, obs_space, action_space, stack = self.spaces
-        targets = self._rank_targets()
-        specs = [CollectorSpec(
-            index=i, count=k, cfg=cfg, run_dir=str(self.run_dir), rank=rank,
-            address=address if i == 0 else collector_address(address, i),
-            run_seed=r.seed + 100_003 * rank + 10_000_019 * i, generation=self.state["update"], run_id=run_id,
-            actor_env=actor_env, actor_obs_space=actor_obs_space, obs_space=obs_space, action_space=action_space,
-            layout=self.layout, frame_stack=stack, device=str(self.device),
-            policy_seed=r.seed + self.state["update"] + 1_000_003 * rank + 7_919 * (i + 1),
-            parent_pid=os.getpid(), rank_targets=targets if i == 0 else None, admission=self.admission.split(k),
-            shared_rows=not r.collect_only, flow_through=r.collect_only)  # (deterministic runs have one collector)
-            for i in range(k)]
-        served = [self.model, self.value_norm]
-        return CollectorPool(specs, SharedWeights(served), served, cfg.ppo.num_steps, self.link, self.watchdog,
-                             cfg.cluster.advertise_host)
+    def _open_collection(self, address: str, run_id: str) -> Collection:
+        """In this process or in collector processes (cluster.collectors; see default_collectors)."""
+        cfg = self.cfg
+        k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
+                               cfg.normalize.obs)
+        run = RankContext(cfg, str(self.run_dir), self.ranks.rank, run_id, self.state["update"], os.getpid(),
+                          str(self.device))
+        door = Door(self.ctx, address, self.curve, env_seed(cfg.run.seed, self.ranks.rank), self.admission)
+        return open_collection(k, run, self.spaces, self.layout, door, Serving(self.policy, self.watchdog, self.link),
+                               self._rank_targets(), [self.model, self.value_norm])
 
     def _sync_from_rank0(self) -> None:
         """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""

@@ -23,6 +23,7 @@ from learner.report.episodes import EpisodeStats
 from learner.gateway.gateway import Gateway
 from learner.collection.inference import Inference
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
@@ -43,30 +44,44 @@ class Waiting:
     in_place: bool = False  # obs was written into its rollout's row already (learner-side frame stacking)
 
 
+@dataclass(frozen=True)
+class CollectorSettings:
+    """How a collector runs its rollouts (made from the config in learner/collection/build.py).
+    `lockstep` (deterministic runs): see the module doc; `startup_timeout_s`: 0, the first rollout waits for its
+    actors for ever; `double_buffer` (policy lag): the previous rollout is still being trained on while this
+    one fills; `flow_through` (collect-only): see the module doc."""
+    num_steps: int
+    device: torch.device
+    actor_timeout_s: float
+    lockstep: bool = False
+    frame_stack: int = 1
+    startup_timeout_s: float = 0.0
+    double_buffer: bool = False
+    flow_through: bool = False
+
+
 class Collector:
-    def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, num_steps: int, obs_shape: tuple,
-                 obs_dtype: torch.dtype, action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
-                 actor_timeout_s: float, lockstep: bool = False, frame_stack: int = 1, startup_timeout_s: float = 0.0,
-                 double_buffer: bool = False, flow_through: bool = False, watchdog: Watchdog | None = None,
-                 link: DeviceLink | None = None, rows_for=None):
-        """`registry` is the gateway's (who is connected); `double_buffer` (policy lag): the previous rollout
-        is still being trained on while this one fills; `flow_through` (collect-only): see the module doc;
-        `watchdog` is petted on every pass (the collector's loops are the learner's); `link` makes (and
-        counts) the copies between the host rollouts and the device; `rows_for(width)`, in a collector process,
-        gives the memory a rollout of `width` columns is written into (its columns of the shared rollout)."""
+    def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, layout: Layout,
+                 settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
+                 rows_for=None):
+        """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's
+        loops are the learner's); `link` makes (and counts) the copies between the host rollouts and the
+        device; `rows_for(width)`, in a collector process, gives the memory a rollout of `width` columns is
+        written into (its columns of the shared rollout)."""
+        s = settings
+        device, frame_stack = s.device, s.frame_stack
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(device)
         self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
         self.stack_in_place = policy.obs_norm is None  # the rollout keeps the raw stacks: they can be written there
-        self.num_steps, self.device = num_steps, device
-        self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
-        self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
-        self.startup_timeout_s = startup_timeout_s  # 0: the first rollout waits for its actors for ever
+        self.num_steps, self.device, self.layout = s.num_steps, device, layout
+        self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
+        self.startup_timeout_s = s.startup_timeout_s  # 0: the first rollout waits for its actors for ever
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
         self.buffer: RolloutBuffer | None = None
         self.next: RolloutBuffer | None = None  # flow_through: the rollout early groups went on into
-        self.double_buffer, self.flow_through = double_buffer, flow_through
+        self.double_buffer, self.flow_through = s.double_buffer, s.flow_through
         self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect)
         self._older: RolloutBuffer | None = None

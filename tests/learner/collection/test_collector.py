@@ -17,7 +17,8 @@ import pytest
 import torch
 import zmq
 
-from learner.collection.collector import Collector
+from learner.collection.collector import Collector, CollectorSettings
+from learner.rollout.layout import Layout
 from learner.config import ModelConfig
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
@@ -102,8 +103,8 @@ def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30):
     with torch.no_grad():
         model.head.log_std.fill_(math.log(5.0))  # most samples fall outside [-1, 1]
     policy = Inference(model, ACT, torch.device("cpu"), None, seed=0)
-    collector = collector_class(gateway, registry, policy, T, OBS.shape, torch.float32, ACT.shape, torch.float32,
-                                torch.device("cpu"), actor_timeout_s=actor_timeout_s)
+    collector = collector_class(gateway, registry, policy, Layout(OBS.shape, torch.float32, ACT.shape, torch.float32),
+                                CollectorSettings(T, torch.device("cpu"), actor_timeout_s=actor_timeout_s))
     return ctx, gateway, model, policy, collector
 
 

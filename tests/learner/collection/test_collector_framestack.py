@@ -16,7 +16,8 @@ import pytest
 import torch
 import zmq
 
-from learner.collection.collector import Collector
+from learner.collection.collector import Collector, CollectorSettings
+from learner.rollout.layout import Layout
 from learner.collection.inference import Inference
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
@@ -130,9 +131,10 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
     gateway = Gateway(ctx, "tcp://127.0.0.1:0", EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run",
                       1 << 20, registry=registry)
     policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
-    collector = Collector(gateway, registry, policy, T, (STACK, *FRAME.shape), torch.uint8, (), torch.long,
-                          torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
-                          double_buffer=mode == "double_buffer", flow_through=mode == "flow_through")
+    settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
+                                 double_buffer=mode == "double_buffer", flow_through=mode == "flow_through")
+    collector = Collector(gateway, registry, policy, Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long),
+                          settings)
     deadline = time.monotonic() + 30
     actor = FrameActor(ctx, gateway.endpoint, deadline, odd_first=mode == "odd_first")
     actor.start()
