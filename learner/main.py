@@ -15,7 +15,6 @@ import signal
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,14 +23,15 @@ import zmq
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
-from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed
+from learner.checkpointing import Checkpointing, Learned
+from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed, lagged
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
 from learner.collection.inference import Inference
 from learner.collection.pool import default_collectors
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
-from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
+from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.runner import UpdateRunner
 from learner.update.ranks import (Ranks, RanksLost, advertised_address, checksum, env_rank, local_slots_of_rank,
@@ -42,26 +42,14 @@ from learner.weights.publisher import WeightPublisher
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
-from learner.report.metrics import MetricsWriter, drop_rows_after, log_name, setup_logging
+from learner.report.metrics import log_name, setup_logging
+from learner.report.reporter import Gathered, Job, Reporter, Since
+from learner.startup import StartupError, starting
 from protocol.settings import EnvSettings
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
 PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
-
-
-class StartupError(Exception):
-    """A run that cannot start (bad env id, unsupported space, address in use, bad keys): one line, exit 2."""
-
-
-@contextmanager
-def starting(what: str):
-    try:
-        yield
-    except StartupError:
-        raise
-    except Exception as exc:  # whatever gymnasium, torch or zmq raise here, the user gets one line
-        raise StartupError(f"{what}: {exc}") from None
 
 
 def pick_device(name: str) -> torch.device:
@@ -95,6 +83,35 @@ def probe_spaces(settings: EnvSettings, seed: int):
         return describe_spaces(env)
     finally:
         env.close()
+
+
+def learner_spaces(cfg: Config) -> Spaces:
+    """The env's spaces as the actors send them and as the network sees them (stacked here or not)."""
+    with starting(f"cannot make env {cfg.env.env_id!r}"):
+        obs_space, action_space = probe_spaces(cfg.env, cfg.run.seed)
+        # the actors' env: without its FrameStack when the learner stacks their newest frames
+        stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
+        actor_env = dataclasses.replace(cfg.env, frame_stack=1) if stack > 1 else cfg.env
+        actor_obs_space = probe_spaces(actor_env, cfg.run.seed)[0] if stack > 1 else obs_space
+    if cfg.normalize.obs and obs_space.dtype == "uint8":
+        raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "
+                           "which the CNN already scales to [0, 1]: set normalize.obs = false "
+                           "(model.normalize_input standardizes the pixels inside the CNN)")
+    if stack > 1:
+        log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
+    return Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
+
+
+def admission_of(cfg: Config, obs_space) -> Admission:
+    """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
+    the run refused at start if its own actors could not fit."""
+    c = cfg.cluster
+    admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs_space.shape,
+                             obs_space.dtype, cfg.ppo.num_steps).split(c.learners)
+    if (why := check_run_fits(admission, cfg.num_envs // c.learners, c.min_envs)) is not None:
+        raise StartupError(why)
+    log.info("%s", admission.describe(cfg.num_envs // c.learners))
+    return admission
 
 
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
@@ -170,18 +187,6 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
     return 0
 
 
-@dataclasses.dataclass
-class Job:
-    """One rollout on its way through the update: what its metrics line and checkpoint record."""
-    update: int
-    env_steps: int      # the job's env steps including this rollout (all ranks)
-    progress: float     # env steps before this rollout / total steps: sets the learning rate
-    batch: TrainingBatch | None  # this rank's (None: a rank without actors this time)
-    n_valid: int        # env steps this rollout added, all ranks together
-    t0: float           # collection began
-    t1: float           # collection ended
-
-
 class Learner:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool, stop: Stop | None = None):
         self.cfg, self.run_dir, self.stop = cfg, run_dir, stop or Stop()
@@ -195,16 +200,8 @@ class Learner:
         torch.manual_seed(r.seed)
         self.device = device = pick_device(r.device)
         self.ranks = ranks = join_ranks(cfg, device)
-        with starting(f"cannot make env {cfg.env.env_id!r}"):
-            obs_space, action_space = probe_spaces(cfg.env, r.seed)
-            # the actors' env: without its FrameStack when the learner stacks their newest frames
-            stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
-            actor_env = dataclasses.replace(cfg.env, frame_stack=1) if stack > 1 else cfg.env
-            actor_obs_space = probe_spaces(actor_env, r.seed)[0] if stack > 1 else obs_space
-        if cfg.normalize.obs and obs_space.dtype == "uint8":
-            raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "
-                               "which the CNN already scales to [0, 1]: set normalize.obs = false "
-                               "(model.normalize_input standardizes the pixels inside the CNN)")
+        self.spaces = spaces = learner_spaces(cfg)
+        obs_space, action_space = spaces.obs_space, spaces.action_space
         with starting("cannot build the model"):
             self.model = model = build_model(obs_space, action_space, cfg.model).to(device)
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
@@ -213,11 +210,12 @@ class Learner:
         self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
+        self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(
+            model, self.updater, self.obs_norm, self.reward_scaler, self.value_norm, self.episodes), self.state)
         if resume and ranks.main:
-            self._resume()
-        self._sync_from_rank0()
-        c = cfg.cluster
-        self.lagged = r.policy_lag > 0 and not r.collect_only
+            self.checkpoints.resume(device)
+        self.checkpoints.sync_from_rank0()
+        self.lagged = lagged(cfg)
         # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
@@ -226,38 +224,23 @@ class Learner:
                                 seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
-        self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * c.collective_timeout_s))
+        self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         self.layout = Layout.of(obs_space, action_space)
-        self.spaces = Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
-        self.admission = self._admission(obs_space)
+        self.admission = admission_of(cfg, obs_space)
         self._open_sockets()
-        if stack > 1:
-            log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
-        self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
-        if ranks.main:
-            self.metrics = MetricsWriter(run_dir, cfg)
-            self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
-        self.min_envs = min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, ranks.rank)
+        self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
+        self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
+                                  r.policy_lag if self.lagged else 0) if ranks.main else None)  # rank 0 writes them
+        self.min_envs = min_envs_of_rank(cfg.cluster.min_envs, cfg.num_envs, cfg.cluster.actors,
+                                         cfg.cluster.envs_per_actor, cfg.cluster.learners, ranks.rank)
         self.empty = empty_batch(self.collection, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
-        self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
-        self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
-
-    def _admission(self, obs_space) -> Admission:
-        """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
-        the run refused at start if its own actors could not fit."""
-        c = self.cfg.cluster
-        admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, self.cfg.num_envs, obs_space.shape,
-                                 obs_space.dtype, self.cfg.ppo.num_steps).split(c.learners)
-        if (why := check_run_fits(admission, self.cfg.num_envs // c.learners, c.min_envs)) is not None:
-            raise StartupError(why)
-        log.info("%s", admission.describe(self.cfg.num_envs // c.learners))
-        return admission
+        self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
 
     def _rank_targets(self) -> tuple[list[int], list[int]] | None:
         """Rank 0 of a multi-rank job sends joiners to the other ranks: until the first update's count each
@@ -311,59 +294,6 @@ class Learner:
         return open_collection(k, run, self.spaces, self.layout, door, Serving(self.policy, self.watchdog, self.link),
                                self._rank_targets(), [self.model, self.value_norm])
 
-    def _sync_from_rank0(self) -> None:
-        """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
-        if not self.ranks.distributed:
-            return
-        self.ranks.broadcast_tensors(list(self.model.parameters()) + list(self.model.buffers()))
-        self.ranks.broadcast_optimizer(self.updater.optimizer)
-        if self.value_norm is not None:
-            self.ranks.broadcast_tensors(list(self.value_norm.buffers()))
-        keys = ("update", "env_steps", "version", "elapsed_s")
-        numbers = torch.tensor([float(self.state[k]) for k in keys] + [self.updater.beta, self.updater.lr],
-                               dtype=torch.float64)
-        self.ranks.broadcast_tensors([numbers])
-        self.state = {k: (float(v) if k == "elapsed_s" else int(v)) for k, v in zip(keys, numbers.tolist())}
-        self.updater.beta, self.updater.lr = float(numbers[-2]), float(numbers[-1])
-
-    def _resume(self) -> None:
-        """Continue from the newest checkpoint that loads (newer ones that do not are skipped, one line each)."""
-        path, saved, skipped = checkpoint.load_newest(self.run_dir, self.device)
-        for bad, why in skipped:
-            log.warning("skipped %s: it does not load (%s)", bad.name, why)
-        if path is None and skipped:
-            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} loads "
-                               f"({len(skipped)} tried; the newest, {skipped[0][0].name}: {skipped[0][1]})")
-        if path is None:
-            log.info("no checkpoint in %s: starting from scratch", self.run_dir)
-        else:
-            with starting(f"cannot resume from {path}"):
-                self._restore(saved)
-            log.info("resumed from %s at update %d (%d env steps, %d episodes)", path.name, self.state["update"],
-                     self.state["env_steps"], self.episodes.count)
-        for name in ("metrics.jsonl", "episodes.jsonl"):
-            if dropped := drop_rows_after(self.run_dir / name, self.state["update"]):
-                log.info("%s: %d rows past update %d moved to %s.dropped", name, dropped, self.state["update"], name)
-
-    def _restore(self, saved: dict) -> None:
-        self.model.load_state_dict(saved["model"])
-        self.updater.load_state_dict(saved["updater"])
-        if self.obs_norm is not None:
-            self.obs_norm.load_state_dict(saved["obs_norm"])
-        if self.reward_scaler is not None:
-            self.reward_scaler.load_state_dict(saved["reward_scaler"])
-        if self.value_norm is not None:
-            self._load_value_norm(saved.get("value_norm") or {})
-        self.state = {k: saved[k] for k in self.state}
-        if "episodes" in saved:  # the last-100 window and the count (checkpoints before issue 25 lack them)
-            self.episodes.load_state_dict(saved["episodes"])
-
-    def _load_value_norm(self, state: dict) -> None:
-        if not state:  # a checkpoint of a run without normalize.value: its critic speaks raw returns
-            raise StartupError("normalize.value is on but the checkpoint holds no value statistics "
-                               "(it was written with normalize.value = false): resume with the same setting")
-        self.value_norm.load_state_dict(state)
-
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
         in_flight = None  # policy lag: the update that runs while the next rollout is collected
@@ -395,7 +325,8 @@ class Learner:
         if in_flight is not None:
             self._finish(in_flight)
         # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
-        if state["update"] > 0 and (self.last_saved != state["update"] or not checkpoint.latest(self.run_dir)):
+        if state["update"] > 0 and (self.checkpoints.last_saved != state["update"]
+                                    or not checkpoint.latest(self.run_dir)):
             if path := self._save_checkpoint(state["update"], state["env_steps"]):
                 log.info("final checkpoint %s", path)
         log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
@@ -432,7 +363,7 @@ class Learner:
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
         now = time.monotonic()
-        self.state["elapsed_s"] = self.elapsed_at_start + (now - self.started)
+        self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
         if self.lagged:
             self.policy.follow(self.model)
@@ -440,77 +371,35 @@ class Learner:
         self.publisher.publish(self.weights, self.state["version"])
         for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):
             self.episodes.add(ret, int(length))
-        widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
-        actors = self.ranks.gather_ints(self.collection.actors())
-        rank_slots = self.ranks.gather_ints(self.collection.live_slots())
-        self.collection.after_update(self.state["version"], rank_slots if self.ranks.distributed else None)
-        sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
-        # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
-        rejected, dropped = map(int, self.ranks.sum([self.collection.rejected(), job.batch.dropped if job.batch else 0]))
-        events = self.collection.take_events()  # on every rank: the list stays bounded
+        gathered = self._gather(job)
         if self.ranks.main:
-            self._log(job, stats, widths, actors, sums, rejected, dropped, interval, events)
+            self.reporter.write(job, stats, gathered, interval, self.state, self.since)
         else:
             self.episodes.take_new()
         if job.update % self.cfg.run.checkpoint_every == 0:
             self._save_checkpoint(job.update, job.env_steps)
 
-    def _log(self, job: Job, stats: dict, widths: list[int], actors: list[int], sums: list[str] | None,
-             rejected: int, dropped: int, interval: float, events: list[str]) -> None:
-        """Rank 0's metrics line and episodes.jsonl rows, for the whole job."""
-        r, state = self.cfg.run, self.state
-        rate = (job.env_steps - self.steps_at_start) / max(state["elapsed_s"] - self.elapsed_at_start, 1e-9)
-        ep = self.episodes
-        record = {
-            "update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(interval, 1e-9),
-            "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
-            "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
-            "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
-            "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
-            "approx_kl_sq": stats.get("approx_kl_sq"), "epoch_kls": stats.get("epoch_kls"),
-            "value_norm_mean": stats.get("value_norm_mean"), "value_norm_std": stats.get("value_norm_std"),
-            "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
-            "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
-            "actors": sum(actors), "env_slots": sum(widths), "weights_version": state["version"],
-            "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": stats["update_s"],
-            "progress": min(job.env_steps / r.total_steps, 1.0),
-            "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
-            "rejected_messages": rejected, "dropped_samples": dropped,
-            "kl_beta": stats.get("kl_beta"), "update_kl": stats.get("update_kl"),
-            "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
-            "policy_lag": r.policy_lag if self.lagged else 0, "events": events,
-        }
-        if r.batch_checksum:
-            record["batch_checksum"] = stats.get("batch_checksum")
-        if sums is not None:
-            record.update(learners=self.ranks.world, rank_env_slots=widths, rank_actors=actors,
-                          rank_weights_checksums=sums)
-        self.metrics.write(record)
-        for ret, length in ep.take_new():
-            self.episodes_file.write(json.dumps({"update": job.update, "env_steps": job.env_steps,
-                                                 "return": ret, "length": int(length)}) + "\n")
+    def _gather(self, job: Job) -> Gathered:
+        """Every rank's part of the job's metrics line (collectives: every rank calls this)."""
+        ranks, collection = self.ranks, self.collection
+        widths = ranks.gather_ints(job.batch.width if job.batch else 0)
+        actors = ranks.gather_ints(collection.actors())
+        rank_slots = ranks.gather_ints(collection.live_slots())
+        collection.after_update(self.state["version"], rank_slots if ranks.distributed else None)
+        sums = ranks.gather_strings(checksum(self.model)) if ranks.distributed else None
+        # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
+        rejected, dropped = map(int, ranks.sum([collection.rejected(), job.batch.dropped if job.batch else 0]))
+        events = collection.take_events()  # on every rank: the list stays bounded
+        return Gathered(widths, actors, sums, rejected, dropped, events)
 
     def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:
-        """The update and env steps are those of the weights saved: with policy lag the loop is one rollout
-        ahead of them, and a resume must neither skip nor repeat that rollout. Rank 0 saves for the job."""
-        self.last_saved = update
-        if not self.ranks.main:
-            return None
-        payload = {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
-                   "config": self.cfg.to_dict(), **self.state, "update": update, "env_steps": env_steps,
-                   "episodes": self.episodes.state_dict(),
-                   "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
-                   "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {},
-                   "value_norm": self.value_norm.state_dict() if self.value_norm else {}}
-        return checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
-                               score=self.metrics.score())
+        return self.checkpoints.save(update, env_steps, self.reporter.score() if self.reporter else None)
 
     def close(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
-        if self.metrics is not None:
-            self.metrics.close()
-            self.episodes_file.close()
+        if self.reporter is not None:
+            self.reporter.close()
         self.collection.close()
         self.publisher.close()
         if self.curve is not None:

@@ -159,7 +159,7 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
             rows = [collector.buffer.obs.numpy()] + ([collector.next.obs.numpy()] if collector.next else [])
             going_on = [g for g in range(GROUPS) if (0, g) not in collector.parked] if mode == "flow_through" else []
             for g in going_on:
-                assert any(np.shares_memory(collector.frames.newest((0, g)), rows_) for rows_ in rows)
+                assert any(np.shares_memory(collector.observations.frames.newest((0, g)), rows_) for rows_ in rows)
             checked += len(going_on)
     finally:
         actor.stop.set()
