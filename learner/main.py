@@ -235,7 +235,7 @@ class Learner:
                                   r.policy_lag if self.lagged else 0) if ranks.main else None)  # rank 0 writes them
         self.min_envs = min_envs_of_rank(cfg.cluster.min_envs, cfg.num_envs, cfg.cluster.actors,
                                          cfg.cluster.envs_per_actor, cfg.cluster.learners, ranks.rank)
-        self.empty = empty_batch(self.collection, device)
+        self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
