@@ -80,13 +80,13 @@ EXTRA_MUTATIONS = [
              "Inference(copy.deepcopy(model) if self.lagged else model,", "Inference(model,", (LAG_TEST,)),
     Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/collection/inference.py",
              "self.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
-    Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/main.py",
+    Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/checkpointing.py",
              'updater.load_state_dict(saved["updater"])', "pass", (RESUME_TEST,)),
-    Mutation("resume-no-obs-norm", "a resume starts fresh observation statistics", "learner/main.py",
+    Mutation("resume-no-obs-norm", "a resume starts fresh observation statistics", "learner/checkpointing.py",
              'obs_norm.load_state_dict(saved["obs_norm"])', "pass", (RESUME_TEST,)),
-    Mutation("resume-clock-reset", "a resume restarts elapsed_s from 0", "learner/main.py",
-             "self.state = {k: saved[k] for k in self.state}",
-             'self.state = {**{k: saved[k] for k in self.state}, "elapsed_s": 0.0}',
+    Mutation("resume-clock-reset", "a resume restarts elapsed_s from 0", "learner/checkpointing.py",
+             "self.state.update({k: saved[k] for k in self.state})",
+             'self.state.update({**{k: saved[k] for k in self.state}, "elapsed_s": 0.0})',
              (RESUME_TEST,)),
 ]
 

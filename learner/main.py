@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -25,49 +24,35 @@ import zmq
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.rundir import RunDirHeld, RunLock
 from learner.stalls import Stalled, Watchdog
-from learner.gateway.gateway import Gateway
 from learner.gateway.admission import Admission, check_run_fits
-from learner.gateway.registry import ActorRegistry
-from learner.collection.collector import Collector
+from learner.checkpointing import Checkpointing, Learned
+from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed, lagged
+from learner.collection.collection import Collection
+from learner.collection.forms import open_collection
 from learner.collection.inference import Inference
-from learner.collection.local import LocalCollection
-from learner.collection.pool import CollectorPool, default_collectors
-from learner.collection.process import CollectorSpec
+from learner.collection.pool import default_collectors
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
-from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
+from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.runner import UpdateRunner
-from learner.update.ranks import (RankBalancer, Ranks, RanksLost, advertised_address, checksum, env_rank,
-                                 local_slots_of_rank, min_envs_of_rank, rank_address)
+from learner.update.ranks import (Ranks, RanksLost, advertised_address, checksum, env_rank, local_slots_of_rank,
+                                 min_envs_of_rank, rank_address)
 from learner.weights import checkpoint
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
-from learner.weights.shared import SharedWeights
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import EpisodeStats
-from learner.report.metrics import MetricsWriter, append_line, close_quietly, drop_rows_after, log_name, setup_logging
+from learner.report.metrics import log_name, setup_logging
+from learner.report.reporter import Gathered, Job, Reporter, Since
+from learner.startup import StartupError, starting
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
 PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
-TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float64": torch.float32}
-
-
-class StartupError(Exception):
-    """A run that cannot start (bad env id, unsupported space, address in use, bad keys): one line, exit 2."""
-
-
-@contextmanager
-def starting(what: str):
-    try:
-        yield
-    except StartupError:
-        raise
-    except Exception as exc:  # whatever gymnasium, torch or zmq raise here, the user gets one line
-        raise StartupError(f"{what}: {exc}") from None
 
 
 def pick_device(name: str) -> torch.device:
@@ -103,11 +88,33 @@ def probe_spaces(settings: EnvSettings, seed: int):
         env.close()
 
 
-def collector_address(address: str, index: int) -> str:
-    """Where collector `index` > 0 binds: a free port of collector 0's host, or an ipc path beside its own."""
-    if address.startswith("ipc://"):
-        return f"{address}-collector-{index}"
-    return f"{address.rpartition(':')[0]}:0"
+def learner_spaces(cfg: Config) -> Spaces:
+    """The env's spaces as the actors send them and as the network sees them (stacked here or not)."""
+    with starting(f"cannot make env {cfg.env.env_id!r}"):
+        obs_space, action_space = probe_spaces(cfg.env, cfg.run.seed)
+        # the actors' env: without its FrameStack when the learner stacks their newest frames
+        stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
+        actor_env = dataclasses.replace(cfg.env, frame_stack=1) if stack > 1 else cfg.env
+        actor_obs_space = probe_spaces(actor_env, cfg.run.seed)[0] if stack > 1 else obs_space
+    if cfg.normalize.obs and obs_space.dtype == "uint8":
+        raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "
+                           "which the CNN already scales to [0, 1]: set normalize.obs = false "
+                           "(model.normalize_input standardizes the pixels inside the CNN)")
+    if stack > 1:
+        log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
+    return Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
+
+
+def admission_of(cfg: Config, obs_space) -> Admission:
+    """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
+    the run refused at start if its own actors could not fit."""
+    c = cfg.cluster
+    admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs_space.shape,
+                             obs_space.dtype, cfg.ppo.num_steps).split(c.learners)
+    if (why := check_run_fits(admission, cfg.num_envs // c.learners, c.min_envs)) is not None:
+        raise StartupError(why)
+    log.info("%s", admission.describe(cfg.num_envs // c.learners))
+    return admission
 
 
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
@@ -195,19 +202,7 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
         return 1
     finally:
         learner.close()
-    return 1 if learner.save_failed else 0  # the final checkpoint could not be written: said above
-
-
-@dataclasses.dataclass
-class Job:
-    """One rollout on its way through the update: what its metrics line and checkpoint record."""
-    update: int
-    env_steps: int      # the job's env steps including this rollout (all ranks)
-    progress: float     # env steps before this rollout / total steps: sets the learning rate
-    batch: TrainingBatch | None  # this rank's (None: a rank without actors this time)
-    n_valid: int        # env steps this rollout added, all ranks together
-    t0: float           # collection began
-    t1: float           # collection ended
+    return 1 if learner.checkpoints.save_failed else 0  # the final checkpoint could not be written: said above
 
 
 class Learner:
@@ -223,16 +218,8 @@ class Learner:
         torch.manual_seed(r.seed)
         self.device = device = pick_device(r.device)
         self.ranks = ranks = join_ranks(cfg, device)
-        with starting(f"cannot make env {cfg.env.env_id!r}"):
-            obs_space, action_space = probe_spaces(cfg.env, r.seed)
-            # the actors' env: without its FrameStack when the learner stacks their newest frames
-            stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
-            actor_env = dataclasses.replace(cfg.env, frame_stack=1) if stack > 1 else cfg.env
-            actor_obs_space = probe_spaces(actor_env, r.seed)[0] if stack > 1 else obs_space
-        if cfg.normalize.obs and obs_space.dtype == "uint8":
-            raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "
-                               "which the CNN already scales to [0, 1]: set normalize.obs = false "
-                               "(model.normalize_input standardizes the pixels inside the CNN)")
+        self.spaces = spaces = learner_spaces(cfg)
+        obs_space, action_space = spaces.obs_space, spaces.action_space
         with starting("cannot build the model"):
             self.model = model = build_model(obs_space, action_space, cfg.model).to(device)
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
@@ -241,11 +228,12 @@ class Learner:
         self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
+        self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(
+            model, self.updater, self.obs_norm, self.reward_scaler, self.value_norm, self.episodes), self.state)
         if resume and ranks.main:
-            self._resume()
-        self._sync_from_rank0()
-        c = cfg.cluster
-        self.lagged = r.policy_lag > 0 and not r.collect_only
+            self.checkpoints.resume(device)
+        self.checkpoints.sync_from_rank0()
+        self.lagged = lagged(cfg)
         # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
@@ -254,39 +242,23 @@ class Learner:
                                 seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
-        self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * c.collective_timeout_s))
-        self.layout = (obs_space.shape, TORCH_DTYPES.get(obs_space.dtype, torch.float32), action_space.shape,
-                       torch.long if action_space.kind == "discrete" else torch.float32)
-        self.spaces = (actor_env, actor_obs_space, obs_space, action_space, stack)
-        self.admission = self._admission(obs_space)
+        self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
+        self.layout = Layout.of(obs_space, action_space)
+        self.admission = admission_of(cfg, obs_space)
         self._open_sockets()
-        if stack > 1:
-            log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
         generator = torch.Generator(device=device)
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
-        self.metrics = self.episodes_file = None  # rank 0 writes the job's outputs
-        if ranks.main:
-            self.metrics = MetricsWriter(run_dir, cfg)
-            self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
-        self.min_envs = min_envs_of_rank(c.min_envs, cfg.num_envs, c.actors, c.envs_per_actor, c.learners, ranks.rank)
-        self.empty = empty_batch(self.collection, device)
+        self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
+        self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
+                                  r.policy_lag if self.lagged else 0) if ranks.main else None)  # rank 0 writes them
+        self.min_envs = min_envs_of_rank(cfg.cluster.min_envs, cfg.num_envs, cfg.cluster.actors,
+                                         cfg.cluster.envs_per_actor, cfg.cluster.learners, ranks.rank)
+        self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
-        self.width, self.idle_said, self.finished, self.save_failed = 0, time.monotonic(), False, False
-        self.started, self.steps_at_start, self.last_saved = time.monotonic(), self.state["env_steps"], None
-        self.elapsed_at_start, self.last_finish = self.state["elapsed_s"], None  # wall clock, see _finish
-
-    def _admission(self, obs_space) -> Admission:
-        """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
-        the run refused at start if its own actors could not fit."""
-        c = self.cfg.cluster
-        admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, self.cfg.num_envs, obs_space.shape,
-                                 obs_space.dtype, self.cfg.ppo.num_steps).split(c.learners)
-        if (why := check_run_fits(admission, self.cfg.num_envs // c.learners, c.min_envs)) is not None:
-            raise StartupError(why)
-        log.info("%s", admission.describe(self.cfg.num_envs // c.learners))
-        return admission
+        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
+        self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
 
     def _rank_targets(self) -> tuple[list[int], list[int]] | None:
         """Rank 0 of a multi-rank job sends joiners to the other ranks: until the first update's count each
@@ -312,10 +284,8 @@ class Learner:
         run_id = uuid.uuid4().hex[:12]
         address, weights_address = (rank_address(local_address(a), ranks.rank)
                                     for a in (cfg.cluster.address, cfg.cluster.weights_address))
-        k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
-                               cfg.normalize.obs)
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
-            self.collection = self._local(address, run_id) if k == 1 else self._pool(k, address, run_id)
+            self.collection = self._open_collection(address, run_id)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
             self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
         endpoint = self.collection.endpoint
@@ -331,94 +301,16 @@ class Learner:
                  "" if advertised == endpoint else f" (advertised as {advertised})",
                  self.publisher.endpoint, self.device, type(self.model).__name__)
 
-    def _local(self, address: str, run_id: str) -> LocalCollection:
-        """Collection on this process's own thread: gateway, collector and inference."""
-        cfg, r, c = self.cfg, self.cfg.run, self.cfg.cluster
-        actor_env, actor_obs_space, _, action_space, stack = self.spaces
-        registry = ActorRegistry(admission=self.admission)  # who is connected: the gateway admits them, the collector serves them
-        targets = self._rank_targets()
-        balancer = RankBalancer(registry.num_slots, *targets) if targets else None  # which rank a joiner goes to
-        gateway = Gateway(self.ctx, address, actor_env, actor_obs_space, action_space,
-                          r.seed + 100_003 * self.ranks.rank, self.state["update"], run_id, c.max_message_mb << 20,
-                          curve=self.curve, registry=registry, redirect=balancer, codec=c.codec)
-        collector = Collector(
-            gateway, registry, self.policy, cfg.ppo.num_steps, *self.layout, self.device, c.actor_timeout_s,
-            lockstep=r.deterministic, frame_stack=stack, startup_timeout_s=c.startup_timeout_s,
-            double_buffer=self.lagged, flow_through=r.collect_only and not r.deterministic,  # collect-only: no weights to wait for
-            watchdog=self.watchdog, link=self.link)
-        return LocalCollection(gateway, registry, collector, balancer)
-
-    def _pool(self, k: int, address: str, run_id: str) -> CollectorPool:
-        """K collector processes, collector 0 at `address`, the others on free ports of the same host."""
-        cfg, r, rank = self.cfg, self.cfg.run, self.ranks.rank
-        actor_env, actor_obs_space, obs_space, action_space, stack = self.spaces
-        targets = self._rank_targets()
-        specs = [CollectorSpec(
-            index=i, count=k, cfg=cfg, run_dir=str(self.run_dir), rank=rank,
-            address=address if i == 0 else collector_address(address, i),
-            run_seed=r.seed + 100_003 * rank + 10_000_019 * i, generation=self.state["update"], run_id=run_id,
-            actor_env=actor_env, actor_obs_space=actor_obs_space, obs_space=obs_space, action_space=action_space,
-            layout=self.layout, frame_stack=stack, device=str(self.device),
-            policy_seed=r.seed + self.state["update"] + 1_000_003 * rank + 7_919 * (i + 1),
-            parent_pid=os.getpid(), rank_targets=targets if i == 0 else None, admission=self.admission.split(k),
-            shared_rows=not r.collect_only, flow_through=r.collect_only)  # (deterministic runs have one collector)
-            for i in range(k)]
-        served = [self.model, self.value_norm]
-        return CollectorPool(specs, SharedWeights(served), served, cfg.ppo.num_steps, self.link, self.watchdog,
-                             cfg.cluster.advertise_host)
-
-    def _sync_from_rank0(self) -> None:
-        """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
-        if not self.ranks.distributed:
-            return
-        self.ranks.broadcast_tensors(list(self.model.parameters()) + list(self.model.buffers()))
-        self.ranks.broadcast_optimizer(self.updater.optimizer)
-        if self.value_norm is not None:
-            self.ranks.broadcast_tensors(list(self.value_norm.buffers()))
-        keys = ("update", "env_steps", "version", "elapsed_s")
-        numbers = torch.tensor([float(self.state[k]) for k in keys] + [self.updater.beta, self.updater.lr],
-                               dtype=torch.float64)
-        self.ranks.broadcast_tensors([numbers])
-        self.state = {k: (float(v) if k == "elapsed_s" else int(v)) for k, v in zip(keys, numbers.tolist())}
-        self.updater.beta, self.updater.lr = float(numbers[-2]), float(numbers[-1])
-
-    def _resume(self) -> None:
-        """Continue from the newest checkpoint that loads (newer ones that do not are skipped, one line each)."""
-        path, saved, skipped = checkpoint.load_newest(self.run_dir, self.device)
-        for bad, why in skipped:
-            log.warning("skipped %s: %s; trying the one before it", bad.name, why)
-        if path is None and skipped:
-            raise StartupError(f"no checkpoint in {self.run_dir / 'checkpoints'} is usable "
-                               f"({len(skipped)} tried; the newest, {skipped[0][0].name}: {skipped[0][1]})")
-        if path is None:
-            log.info("no checkpoint in %s: starting from scratch", self.run_dir)
-        else:
-            with starting(f"cannot resume from {path}"):
-                self._restore(saved)
-            log.info("resumed from %s at update %d (%d env steps, %d episodes)", path.name, self.state["update"],
-                     self.state["env_steps"], self.episodes.count)
-        for name in ("metrics.jsonl", "episodes.jsonl"):
-            if dropped := drop_rows_after(self.run_dir / name, self.state["update"]):
-                log.info("%s: %d rows past update %d moved to %s.dropped", name, dropped, self.state["update"], name)
-
-    def _restore(self, saved: dict) -> None:
-        self.model.load_state_dict(saved["model"])
-        self.updater.load_state_dict(saved["updater"])
-        if self.obs_norm is not None:
-            self.obs_norm.load_state_dict(saved["obs_norm"])
-        if self.reward_scaler is not None:
-            self.reward_scaler.load_state_dict(saved["reward_scaler"])
-        if self.value_norm is not None:
-            self._load_value_norm(saved.get("value_norm") or {})
-        self.state = {k: saved[k] for k in self.state}
-        if "episodes" in saved:  # the last-100 window and the count (checkpoints before issue 25 lack them)
-            self.episodes.load_state_dict(saved["episodes"])
-
-    def _load_value_norm(self, state: dict) -> None:
-        if not state:  # a checkpoint of a run without normalize.value: its critic speaks raw returns
-            raise StartupError("normalize.value is on but the checkpoint holds no value statistics "
-                               "(it was written with normalize.value = false): resume with the same setting")
-        self.value_norm.load_state_dict(state)
+    def _open_collection(self, address: str, run_id: str) -> Collection:
+        """In this process or in collector processes (cluster.collectors; see default_collectors)."""
+        cfg = self.cfg
+        k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
+                               cfg.normalize.obs)
+        run = RankContext(cfg, str(self.run_dir), self.ranks.rank, run_id, self.state["update"], os.getpid(),
+                          str(self.device))
+        door = Door(self.ctx, address, self.curve, env_seed(cfg.run.seed, self.ranks.rank), self.admission)
+        return open_collection(k, run, self.spaces, self.layout, door, Serving(self.policy, self.watchdog, self.link),
+                               self._rank_targets(), [self.model, self.value_norm])
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
@@ -451,7 +343,8 @@ class Learner:
         if in_flight is not None:
             self._finish(in_flight)
         # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
-        if state["update"] > 0 and (self.last_saved != state["update"] or not checkpoint.latest(self.run_dir)):
+        if state["update"] > 0 and (self.checkpoints.last_saved != state["update"]
+                                    or not checkpoint.latest(self.run_dir)):
             if path := self._save_checkpoint(state["update"], state["env_steps"]):
                 log.info("final checkpoint %s", path)
         log.info("learner done: %d updates, %d env steps", state["update"], state["env_steps"])
@@ -488,7 +381,7 @@ class Learner:
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
         now = time.monotonic()
-        self.state["elapsed_s"] = self.elapsed_at_start + (now - self.started)
+        self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
         if self.lagged:
             self.policy.follow(self.model)
@@ -496,86 +389,35 @@ class Learner:
         self.publisher.publish(self.weights, self.state["version"])
         for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):
             self.episodes.add(ret, int(length))
-        widths = self.ranks.gather_ints(job.batch.width if job.batch else 0)
-        actors = self.ranks.gather_ints(self.collection.actors())
-        rank_slots = self.ranks.gather_ints(self.collection.live_slots())
-        self.collection.after_update(self.state["version"], rank_slots if self.ranks.distributed else None)
-        sums = self.ranks.gather_strings(checksum(self.model)) if self.ranks.distributed else None
-        # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
-        rejected, dropped = map(int, self.ranks.sum([self.collection.rejected(), job.batch.dropped if job.batch else 0]))
-        events = self.collection.take_events()  # on every rank: the list stays bounded
+        gathered = self._gather(job)
         if self.ranks.main:
-            self._log(job, stats, widths, actors, sums, rejected, dropped, interval, events)
+            self.reporter.write(job, stats, gathered, interval, self.state, self.since)
         else:
             self.episodes.take_new()
         if job.update % self.cfg.run.checkpoint_every == 0:
             self._save_checkpoint(job.update, job.env_steps)
 
-    def _log(self, job: Job, stats: dict, widths: list[int], actors: list[int], sums: list[str] | None,
-             rejected: int, dropped: int, interval: float, events: list[str]) -> None:
-        """Rank 0's metrics line and episodes.jsonl rows, for the whole job."""
-        r, state = self.cfg.run, self.state
-        rate = (job.env_steps - self.steps_at_start) / max(state["elapsed_s"] - self.elapsed_at_start, 1e-9)
-        ep = self.episodes
-        record = {
-            "update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(interval, 1e-9),
-            "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
-            "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
-            "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
-            "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
-            "approx_kl_sq": stats.get("approx_kl_sq"), "epoch_kls": stats.get("epoch_kls"),
-            "value_norm_mean": stats.get("value_norm_mean"), "value_norm_std": stats.get("value_norm_std"),
-            "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
-            "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
-            "actors": sum(actors), "env_slots": sum(widths), "weights_version": state["version"],
-            "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": stats["update_s"],
-            "progress": min(job.env_steps / r.total_steps, 1.0),
-            "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
-            "rejected_messages": rejected, "dropped_samples": dropped,
-            "kl_beta": stats.get("kl_beta"), "update_kl": stats.get("update_kl"),
-            "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
-            "policy_lag": r.policy_lag if self.lagged else 0, "events": events,
-        }
-        if r.batch_checksum:
-            record["batch_checksum"] = stats.get("batch_checksum")
-        if sums is not None:
-            record.update(learners=self.ranks.world, rank_env_slots=widths, rank_actors=actors,
-                          rank_weights_checksums=sums)
-        self.metrics.write(record)
-        for ret, length in ep.take_new():
-            append_line(self.episodes_file, {"update": job.update, "env_steps": job.env_steps, "return": ret,
-                                             "length": int(length)})
+    def _gather(self, job: Job) -> Gathered:
+        """Every rank's part of the job's metrics line (collectives: every rank calls this)."""
+        ranks, collection = self.ranks, self.collection
+        widths = ranks.gather_ints(job.batch.width if job.batch else 0)
+        actors = ranks.gather_ints(collection.actors())
+        rank_slots = ranks.gather_ints(collection.live_slots())
+        collection.after_update(self.state["version"], rank_slots if ranks.distributed else None)
+        sums = ranks.gather_strings(checksum(self.model)) if ranks.distributed else None
+        # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
+        rejected, dropped = map(int, ranks.sum([collection.rejected(), job.batch.dropped if job.batch else 0]))
+        events = collection.take_events()  # on every rank: the list stays bounded
+        return Gathered(widths, actors, sums, rejected, dropped, events)
 
     def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:
-        """The update and env steps are those of the weights saved: with policy lag the loop is one rollout
-        ahead of them, and a resume must neither skip nor repeat that rollout. Rank 0 saves for the job."""
-        self.last_saved = update
-        if not self.ranks.main:
-            return None
-        payload = {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
-                   "config": self.cfg.to_dict(), **self.state, "update": update, "env_steps": env_steps,
-                   "episodes": self.episodes.state_dict(),
-                   "obs_norm": self.obs_norm.state_dict() if self.obs_norm else {},
-                   "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else {},
-                   "value_norm": self.value_norm.state_dict() if self.value_norm else {}}
-        try:
-            path = checkpoint.save(self.run_dir, update, payload, keep=self.cfg.log.keep_checkpoints,
-                                   score=self.metrics.score())
-        except WriteFailed as exc:  # disk full, read-only: the previous checkpoint stays, training goes on
-            last = checkpoint.latest(self.run_dir)
-            log.error("checkpoint of update %d not written (%s); the newest kept is %s", update, exc,
-                      last.name if last else "none")
-            self.save_failed = True
-            return None
-        self.save_failed = False
-        return path
+        return self.checkpoints.save(update, env_steps, self.reporter.score() if self.reporter else None)
 
     def close(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
-        if self.metrics is not None:
-            self.metrics.close()
-            close_quietly(self.episodes_file)
+        if self.reporter is not None:
+            self.reporter.close()
         self.collection.close()
         self.publisher.close()
         if self.curve is not None:

@@ -12,6 +12,7 @@ import torch
 from learner.advantages.gae import compute_gae
 from learner.model.normalize import RewardScaler
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 
 
 @dataclass
@@ -50,9 +51,8 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
 
 
-def empty_batch(collector, device) -> dict[str, torch.Tensor]:
+def empty_batch(layout: Layout, device) -> dict[str, torch.Tensor]:
     """What a rank without actors brings to an update it must still take part in: no samples."""
-    obs_shape, obs_dtype, action_shape, action_dtype = collector.layout
-    return {"obs": torch.empty((0, *obs_shape), dtype=obs_dtype, device=device),
-            "actions": torch.empty((0, *action_shape), dtype=action_dtype, device=device),
+    return {"obs": torch.empty((0, *layout.obs_shape), dtype=layout.obs_dtype, device=device),
+            "actions": torch.empty((0, *layout.action_shape), dtype=layout.action_dtype, device=device),
             **{k: torch.empty(0, device=device) for k in ("logprobs", "values", "advantages", "returns")}}

@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
-from learner.collection.framestack import LearnerFrameStack
+from learner.collection.holders import group_of, unfinished
+from learner.collection.observations import Observations, episodes_of
 from learner.report.episodes import EpisodeStats
 from learner.gateway.gateway import Gateway
 from learner.collection.inference import Inference
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
@@ -43,30 +45,43 @@ class Waiting:
     in_place: bool = False  # obs was written into its rollout's row already (learner-side frame stacking)
 
 
+@dataclass(frozen=True)
+class CollectorSettings:
+    """How a collector runs its rollouts (made from the config in learner/collection/build.py).
+    `lockstep` (deterministic runs): see the module doc; `startup_timeout_s`: 0, the first rollout waits for its
+    actors for ever; `double_buffer` (policy lag): the previous rollout is still being trained on while this
+    one fills; `flow_through` (collect-only): see the module doc."""
+    num_steps: int
+    device: torch.device
+    actor_timeout_s: float
+    lockstep: bool = False
+    frame_stack: int = 1
+    startup_timeout_s: float = 0.0
+    double_buffer: bool = False
+    flow_through: bool = False
+
+
 class Collector:
-    def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, num_steps: int, obs_shape: tuple,
-                 obs_dtype: torch.dtype, action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
-                 actor_timeout_s: float, lockstep: bool = False, frame_stack: int = 1, startup_timeout_s: float = 0.0,
-                 double_buffer: bool = False, flow_through: bool = False, watchdog: Watchdog | None = None,
-                 link: DeviceLink | None = None, rows_for=None):
-        """`registry` is the gateway's (who is connected); `double_buffer` (policy lag): the previous rollout
-        is still being trained on while this one fills; `flow_through` (collect-only): see the module doc;
-        `watchdog` is petted on every pass (the collector's loops are the learner's); `link` makes (and
-        counts) the copies between the host rollouts and the device; `rows_for(width)`, in a collector process,
-        gives the memory a rollout of `width` columns is written into (its columns of the shared rollout)."""
+    def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, layout: Layout,
+                 settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
+                 rows_for=None):
+        """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's
+        loops are the learner's); `link` makes (and counts) the copies between the host rollouts and the
+        device; `rows_for(width)`, in a collector process, gives the memory a rollout of `width` columns is
+        written into (its columns of the shared rollout)."""
+        s = settings
+        device = s.device
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(device)
-        self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
-        self.stack_in_place = policy.obs_norm is None  # the rollout keeps the raw stacks: they can be written there
-        self.num_steps, self.device = num_steps, device
-        self.layout = (obs_shape, obs_dtype, action_shape, action_dtype)
-        self.actor_timeout_s, self.lockstep = actor_timeout_s, lockstep
-        self.startup_timeout_s = startup_timeout_s  # 0: the first rollout waits for its actors for ever
+        self.observations = Observations(s.frame_stack, in_place=policy.obs_norm is None)
+        self.num_steps, self.device, self.layout = s.num_steps, device, layout
+        self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
+        self.startup_timeout_s = s.startup_timeout_s  # 0: the first rollout waits for its actors for ever
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
         self.buffer: RolloutBuffer | None = None
         self.next: RolloutBuffer | None = None  # flow_through: the rollout early groups went on into
-        self.double_buffer, self.flow_through = double_buffer, flow_through
+        self.double_buffer, self.flow_through = s.double_buffer, s.flow_through
         self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect)
         self._older: RolloutBuffer | None = None
@@ -116,18 +131,7 @@ class Collector:
         """Nothing arrived for actor_timeout_s mid-rollout. Unless some actor owes a report (liveness
         retires it if it stays silent), nobody will ever finish the unfinished columns: the run ends,
         saying where each one stands."""
-        buf, owing, stuck = self.buffer, set(), []
-        for col in range(buf.N):
-            if buf.dead[col] or buf.completed[col] >= buf.T:
-                continue
-            key = self._group_of(col)
-            actor = self._actor_of(col)
-            if actor is not None and key[1] in actor.owes:
-                owing.add(f"{actor.name} group {key[1]}")
-                continue
-            where = ("waiting for inference" if key in self.waiting else
-                     "parked for the next rollout" if key in self.parked else "owed by nobody")
-            stuck.append(f"slot {buf.slots[col]} at step {buf.completed[col]}/{buf.T} ({where})")
+        owing, stuck = unfinished(self.buffer, self.registry, self.waiting, self.parked)
         if not owing:
             raise Stalled(f"rollout {self.rollouts} cannot finish, no actor owes it a step: {', '.join(stuck)}")
         log.warning("no step report for %.0fs; the rollout waits on %s (an actor silent for %gs is retired)",
@@ -222,8 +226,8 @@ class Collector:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
         if report.first:  # a new actor: it joins when the next rollout starts
-            obs, _ = self._observe(key, report, None, slots)  # its episodes are counted when it is next inferred
-            self.parked[key] = Waiting(actor, report.group, slots, obs, self._episodes(report), fresh=True)
+            obs, _ = self.observations.observe(key, report, None, slots)  # its episodes are counted when it is next inferred
+            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True)
             return
         buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
         if buf is None:  # the gateway admitted an outcome no rollout waits for
@@ -232,32 +236,17 @@ class Collector:
         cols = buf.columns(slots)
         buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
         if len(report.final_index):
-            self._keep_finals(key, buf, cols, report)
+            self.observations.keep_finals(key, buf, cols, report)
         target = buf if buf.wants_action(cols[0]) else self._following(buf, slots)  # where this obs is acted on
-        obs, in_place = self._observe(key, report, target, slots)
+        obs, in_place = self.observations.observe(key, report, target, slots)
         if target is not buf:  # T steps done: this obs bootstraps the rollout and starts the next one
             for col, o in zip(cols, obs):
                 buf.bootstrap_obs[col] = np.array(o)
-        item = Waiting(actor, report.group, slots, obs, self._episodes(report), target, in_place=in_place)
+        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, in_place=in_place)
         if target is None:
             self.parked[key] = item
         else:
             self.waiting[key] = item
-
-    @staticmethod
-    def _episodes(report: m.StepReport) -> list:
-        if not len(report.episode_returns):
-            return []
-        return list(zip(report.episode_returns.tolist(), report.episode_lengths.tolist()))
-
-    def _keep_finals(self, key, buf: RolloutBuffer, cols: list[int], report: m.StepReport) -> None:
-        """Each truncated env's last observation (stacked as the network would have seen it), for its bootstrap."""
-        t = buf.completed[cols[0]] - 1
-        for i, final in zip(report.final_index.tolist(), report.final_obs):
-            if report.truncated[i] and not report.terminated[i]:
-                if self.frames is not None:
-                    final = self.frames.with_frame(key, i, final)
-                buf.final_obs[(t, cols[i])] = np.array(final)  # a copy: the received frame goes away
 
     def _following(self, buf: RolloutBuffer, slots: list[int]) -> RolloutBuffer | None:
         """The rollout a group that finished `buf` goes on into at once (flow_through), or None: it is parked."""
@@ -266,16 +255,6 @@ class Collector:
         if self.next is None:
             self._start_next()
         return self.next if slots[0] in self.next.column else None
-
-    def _observe(self, key, report: m.StepReport, target: RolloutBuffer | None, slots) -> tuple[np.ndarray, bool]:
-        """The observation the network is to see, and whether it was written into target's row already.
-        Without frame stacking it is a view of the received frame (alive while referenced): copied once,
-        into the rollout. With it, the stacks are written straight into target's row where there is one."""
-        if self.frames is None:
-            return report.obs, False
-        restart = np.ones(len(report.obs), bool) if report.first else report.terminated | report.truncated
-        row = target.obs_row(target.columns(slots)) if target is not None and self.stack_in_place else None
-        return self.frames.push(key, report.obs, restart, out=row), row is not None
 
     def _owed(self, slot: int) -> RolloutBuffer | None:
         """The rollout holding an action for `slot` whose outcome has not arrived yet."""
@@ -287,7 +266,7 @@ class Collector:
     def _infer(self) -> None:
         if not self.waiting or self.buffer is None:
             return
-        if self.lockstep and any(self.buffer.wants_action(c) and self._group_of(c) not in self.waiting
+        if self.lockstep and any(self.buffer.wants_action(c) and group_of(self.registry, self.buffer.slots[c]) not in self.waiting
                                  for c in range(self.buffer.N)):
             return
         batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
@@ -301,22 +280,13 @@ class Collector:
                 start = end
                 continue
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
-            if w.in_place:  # stacked straight into the row (never with obs normalization: see stack_in_place)
+            if w.in_place:  # stacked straight into the row (never with obs normalization: see Observations)
                 seen = None
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
                                     result.logprobs[start:end], result.values[start:end])
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
         self._cut_departed()
-
-    def _actor_of(self, col: int) -> ActorEntry | None:
-        slot = self.buffer.slots[col]
-        return next((actor for actor in self.registry.by_identity.values() if slot in actor.slots), None)
-
-    def _group_of(self, col: int) -> tuple[int, int] | None:
-        """The (actor id, group) key of the group that holds column col, or None."""
-        actor = self._actor_of(col)
-        return None if actor is None else (actor.actor_id, actor.slots.index(self.buffer.slots[col]) // actor.group_size)
 
     def _count_episodes(self, batch: list[Waiting]) -> None:
         for w in batch:  # in slot order, so the last-100 window is scheduling-independent in lockstep
@@ -332,9 +302,7 @@ class Collector:
         for key in [k for k in (*self.waiting, *self.parked) if k[0] == actor.actor_id]:
             self.waiting.pop(key, None)
             self.parked.pop(key, None)
-        if self.frames is not None:
-            for group in range(actor.groups):
-                self.frames.forget((actor.actor_id, group))
+        self.observations.forget(actor.actor_id, actor.groups)
         for buf in (self.buffer, self.next):
             for slot in actor.slots if buf is not None else ():
                 if slot in buf.column:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from learner.collection.collection import Collection
 from learner.collection.collector import Collector
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
@@ -11,7 +12,7 @@ from learner.rollout.buffer import RolloutBuffer
 from learner.update.ranks import RankBalancer
 
 
-class LocalCollection:
+class LocalCollection(Collection):
     def __init__(self, gateway: Gateway, registry: ActorRegistry, collector: Collector,
                  balancer: RankBalancer | None = None):
         """`balancer`: rank 0's of a multi-rank job (the gateway redirects joiners with it)."""

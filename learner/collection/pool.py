@@ -17,6 +17,8 @@ from multiprocessing.connection import wait
 import torch
 
 from learner.stalls import Stalled
+from learner.collection.collection import Collection
+from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
 from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
 from learner.collection.shard import Shard, SharedRows, merge_shards
 from learner.report.episodes import EpisodeStats
@@ -49,7 +51,7 @@ def default_collectors(requested: int, device: torch.device, cores: int, determi
     return max(1, min(4, cores // 8))
 
 
-class CollectorPool:
+class CollectorPool(Collection):
     def __init__(self, specs: list[CollectorSpec], weights: SharedWeights, served: list, num_steps: int,
                  link: DeviceLink, watchdog, advertise_host: str):
         """`served`: the training process's modules the collectors serve (published after each update)."""
@@ -57,7 +59,7 @@ class CollectorPool:
         first = specs[0]
         self.layout, self.num_steps, self.link, self.watchdog = first.layout, num_steps, link, watchdog
         self.shared_rows = first.shared_rows
-        c = first.cfg.cluster
+        c = first.run.cfg.cluster
         self.actor_timeout_s, self.startup_timeout_s = c.actor_timeout_s, c.startup_timeout_s
         self.silent_s = max(SILENT_FLOOR_S, 2 * c.actor_timeout_s)  # see _check_alive
         self.board = torch.zeros(len(specs), BOARD_COLUMNS, dtype=torch.int64).share_memory_()
@@ -71,7 +73,7 @@ class CollectorPool:
             raise
         self.endpoint = self.endpoints[0]
         self.addresses = [advertised_address(e, advertise_host) for e in self.endpoints]
-        self._send(0, ("know", self.addresses, None))
+        self._send(0, Know(self.addresses, None))
         self.rollouts = 0
         self.episodes = EpisodeStats()
         self.latest: dict[int, Shard] = {}
@@ -96,9 +98,9 @@ class CollectorPool:
         if not self.conns[k].poll(START_DEADLINE_S):
             raise CollectorLost(f"collector {k} did not start within {START_DEADLINE_S:g}s")
         message = self._receive(k)
-        if message[0] != "ready":
-            raise CollectorLost(f"collector {k} could not start: {message[1] if len(message) > 1 else message[0]}")
-        return message[1]
+        if not isinstance(message, Ready):
+            raise CollectorLost(describe_failure(message, f"collector {k} could not start"))
+        return message.endpoint
 
     def _receive(self, k: int):
         try:
@@ -126,25 +128,26 @@ class CollectorPool:
 
     def join_command(self, num_envs: int) -> str:
         from learner.gateway.gateway import join_command
-        return join_command(self.endpoint, num_envs, bool(self.specs[0].cfg.cluster.server_key))
+        return join_command(self.endpoint, num_envs, bool(self.specs[0].run.cfg.cluster.server_key))
 
     def know_ranks(self, rank_addresses: list[str]) -> None:
-        self._send(0, ("know", self.addresses, rank_addresses))
+        self._send(0, Know(self.addresses, rank_addresses))
 
     def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
         if not self._await_ready(min_envs, should_stop):
             return None
         for k in range(len(self.conns)):
-            self._send(k, ("collect", version, self.rank_slots if k == 0 else None))
+            self._send(k, Collect(version, self.rank_slots if k == 0 else None))
         self.rank_slots = None
         if self.shared_rows:
-            widths = self._gather("width", should_stop)
+            widths = self._gather(Width, should_stop)
             if widths is None:
                 return None
-            rows = self._hand_out_rows(widths)
-        shards = self._gather("shard", should_stop)
-        if shards is None:
+            rows = self._hand_out_rows([w.columns for w in widths])
+        done = self._gather(Done, should_stop)
+        if done is None:
             return None
+        shards = [d.shard for d in done]
         if not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
             rows = self.rows.take(sum(len(s.slots) for s in shards))[1]
         self.rollouts += 1
@@ -161,7 +164,7 @@ class CollectorPool:
         alive = {s[0] for s in self.rows.sets if s is not None}
         offset = 0
         for k in range(len(self.conns)):
-            self._send(k, ("rows", rows_id, offset, None if rows_id in self.sent[k] else rows, alive))
+            self._send(k, Rows(rows_id, offset, None if rows_id in self.sent[k] else rows, alive))
             self.sent[k] = (self.sent[k] & alive) | {rows_id}
             offset += widths[k]
         return rows
@@ -195,8 +198,7 @@ class CollectorPool:
         self._pet()
         for conn in wait(self.conns, timeout_s):
             k = self.conns.index(conn)
-            message = self._receive(k)
-            raise CollectorLost(f"collector {k}: {message[1] if message[0] == 'error' else message}")
+            raise CollectorLost(describe_failure(self._receive(k), f"collector {k}"))
 
     def _check_alive(self, collectors) -> None:
         """A collector process beats on the board at every pass of its loops (BeatingWatchdog); one silent for
@@ -215,9 +217,9 @@ class CollectorPool:
         if self.watchdog is not None:
             self.watchdog.pet()
 
-    def _gather(self, kind: str, should_stop) -> list | None:
-        """Every collector's answer of `kind` ("width", "shard"), in collector order (None: asked to stop
-        first, and the collectors told)."""
+    def _gather(self, kind: type, should_stop) -> list | None:
+        """Every collector's answer of `kind` (Width, Done), in collector order (None: asked to stop first, and
+        the collectors told)."""
         answers: dict[int, object] = {}
         while len(answers) < len(self.conns):
             if should_stop():
@@ -228,9 +230,9 @@ class CollectorPool:
             for conn in wait([c for k, c in enumerate(self.conns) if k not in answers], 1.0):
                 k = self.conns.index(conn)
                 message = self._receive(k)
-                if message[0] != kind:
-                    raise CollectorLost(f"collector {k}: {message[1] if message[0] == 'error' else message[0]}")
-                answers[k] = message[1]
+                if not isinstance(message, kind):
+                    raise CollectorLost(describe_failure(message, f"collector {k}"))
+                answers[k] = message
         return [answers[k] for k in range(len(self.conns))]
 
     def take_episodes(self) -> list[tuple[float, int]]:

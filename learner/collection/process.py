@@ -1,16 +1,10 @@
 """One collector process of K (`cluster.collectors`): its own socket and share of the actors, receiving,
 validating, stacking and batched inference on the learner's device, its columns of each rollout in shared
-memory. The training process (learner/collection/pool.py) drives it over a pipe:
-
-    ("know", collector_addresses, rank_addresses)   collector 0 only: where it may redirect joiners
-    ("collect", version, rank_slots)                 load weights `version`, fill one rollout, answer a Shard
-    ("rows", rows_id, offset, arrays or None, alive)  where that rollout's columns go (arrays: the first time;
-                                                     alive: the ids of the arrays the pool still has)
-    ("close",)                                       goodbyes to the actors, exit
-
-and it answers ("ready", endpoint) once bound, ("width", columns) when a rollout starts, ("shard", Shard)
-when it is complete, ("stopped",) when told to stop mid-rollout, or ("error", text) before exiting 1. Between rollouts it keeps pumping its socket (joiners,
-goodbyes, liveness) and posts on the shared board how many env slots it has ready and live.
+memory. The training process (learner/collection/pool.py) drives it over a pipe, with the messages of
+learner/collection/pipe.py: it answers Ready once bound, Width when a rollout starts (and hears Rows: where its
+columns go), Done with its Shard, Stopped when told to stop mid-rollout, or Failed before exiting 1. Between
+rollouts it keeps pumping its socket (joiners, goodbyes, liveness) and posts on the shared board how many env
+slots it has ready and live.
 """
 from __future__ import annotations
 
@@ -26,54 +20,61 @@ import numpy as np
 import torch
 import zmq
 
-from learner.config import Config
+from learner.collection.build import Door, RankContext, Serving, Spaces, assemble, env_seed
 from learner.stalls import Stalled, Watchdog
-from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
-from learner.collection.collector import Collector
 from learner.collection.inference import Inference
+from learner.collection.pipe import Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Width, PipeError, check
 from learner.collection.shard import Shard
 from learner.update.ranks import RankBalancer, joiner_rank
 from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
 from learner.report.metrics import exit_process, log_name, setup_logging
+from learner.rollout.layout import Layout
 
 log = logging.getLogger("learner")
 READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
 BOARD_COLUMNS = 4  # env slots, env slots ever handed out (joins so far, counted in envs), and the last sign of
                    # life (CLOCK_MONOTONIC in ms, system-wide: the training process compares it with its own)
 IDLE_PUMP_MS = 50
+PARENT = "the training process"
 
 
 class StopCollecting(Exception):
     """Told to stop while waiting to hear where a rollout's columns go."""
 
 
-@dataclass
-class CollectorSpec:
-    """Everything a collector process builds itself from (picklable: it crosses a spawn)."""
+@dataclass(frozen=True)
+class CollectorRole:
+    """Which collector of the K this is, and what it alone is given."""
     index: int
     count: int
-    cfg: Config
-    run_dir: str
-    rank: int
-    address: str          # where to bind (port 0: any free one)
-    run_seed: int         # its env seeds' base: distinct per collector and rank
-    generation: int       # the update the run (re)started from
-    run_id: str
-    actor_env: object     # EnvSettings the actors run
-    actor_obs_space: object
-    obs_space: object
-    action_space: object
-    layout: tuple         # the rollout's (obs shape, obs dtype, action shape, action dtype)
-    frame_stack: int
-    device: str
-    policy_seed: int
-    parent_pid: int
-    shared_rows: bool = True   # write into the training process's rollout (False in collect-only runs: nobody
-    flow_through: bool = False  # trains on it, so each collector keeps its rows and flows through rollouts)
+    address: str                    # where to bind (port 0: any free one)
     rank_targets: tuple | None = None  # (targets, loads) on rank 0 of several ranks, collector 0: RankBalancer
-    admission: object = None  # this collector's share of what peers may claim (learner.gateway.admission)
+    admission: object = None        # its share of what peers may claim (learner.gateway.admission)
+
+
+@dataclass(frozen=True)
+class CollectorSpec:
+    """Everything a collector process builds itself from (picklable: it crosses a spawn)."""
+    run: RankContext
+    spaces: Spaces
+    layout: Layout
+    role: CollectorRole
+
+    @property
+    def index(self) -> int:
+        return self.role.index
+
+    @property
+    def shared_rows(self) -> bool:
+        """Write into the training process's rollout (not in collect-only runs: nobody trains on it, so each
+        collector keeps its rows and flows through rollouts)."""
+        return not self.run.cfg.run.collect_only
+
+
+def policy_seed(seed: int, generation: int, rank: int, index: int) -> int:
+    return seed + generation + 1_000_003 * rank + 7_919 * (index + 1)
 
 
 class BeatingWatchdog(Watchdog):
@@ -135,10 +136,10 @@ def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt
     """The process's entry point (spawned by the pool)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the training process, which stops us in order
     torch.set_num_threads(1)
-    setup_logging(Path(spec.run_dir), spec.rank, tag=f"collector {spec.index}")
+    setup_logging(Path(spec.run.run_dir), spec.run.rank, tag=f"collector {spec.index}")
     try:
         code = CollectorProcess(spec, conn, weights, board.numpy(), halt.numpy()).serve()
-    except Stalled as exc:
+    except (Stalled, PipeError) as exc:
         code = _fail(conn, str(exc))
     except EOFError:  # the pipe closed: the training process is gone (kill -9 included); nobody to serve
         log.warning("collector %d: the training process is gone; stopping", spec.index)
@@ -153,7 +154,7 @@ def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt
 
 def _fail(conn, text: str) -> int:
     try:
-        conn.send(("error", text))
+        conn.send(Failed(text))
     except (OSError, ValueError):
         pass  # the training process is gone: nobody to tell
     return 1
@@ -162,36 +163,37 @@ def _fail(conn, text: str) -> int:
 class CollectorProcess:
     def __init__(self, spec: CollectorSpec, conn, weights, board: np.ndarray, halt: np.ndarray):
         self.spec, self.conn, self.weights, self.board, self.halt = spec, conn, weights, board, halt
-        cfg, device = spec.cfg, torch.device(spec.device)
-        self.model = build_model(spec.obs_space, spec.action_space, cfg.model).to(device)
+        run, role, cfg, device = spec.run, spec.role, spec.run.cfg, torch.device(spec.run.device)
+        self.model = build_model(spec.spaces.obs_space, spec.spaces.action_space, cfg.model).to(device)
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
         self.version = weights.load_into([self.model, self.value_norm])
-        self.registry = ActorRegistry(admission=spec.admission)
         self.ctx = zmq.Context()
         self.curve = self._curve()
-        self.balancer = CollectorBalancer(self.registry.num_slots, board) if spec.index == 0 else None
-        self.rank_balancer = self._rank_balancer()
-        self.gateway = Gateway(self.ctx, spec.address, spec.actor_env, spec.actor_obs_space, spec.action_space,
-                               spec.run_seed, spec.generation, spec.run_id, cfg.cluster.max_message_mb << 20,
-                               curve=self.curve, registry=self.registry,
-                               redirect=redirect_chain(self.rank_balancer, self.balancer) if spec.index == 0 else None,
-                               wake=conn.fileno(),  # a command ends the idle pump's wait at once
-                               codec=cfg.cluster.codec)
-        policy = Inference(self.model, spec.action_space, device, None, seed=spec.policy_seed,
-                           random_actions=cfg.run.random_policy, value_norm=self.value_norm)
-        self.watchdog = BeatingWatchdog(Path(spec.run_dir) / log_name(spec.rank),
-                                        max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s), board, spec.index)
-        c = cfg.cluster
         self.rows: dict[int, dict] = {}  # the training process's shared rollout arrays, by id (the last two)
-        self.collector = Collector(self.gateway, self.registry, policy, cfg.ppo.num_steps, *spec.layout, device,
-                                   c.actor_timeout_s, frame_stack=spec.frame_stack,
-                                   startup_timeout_s=0.0,  # the pool's wait for the first rollout has the deadline
-                                   watchdog=self.watchdog, link=policy.link, flow_through=spec.flow_through,
-                                   rows_for=self._rows_for if spec.shared_rows else None)
+        policy = Inference(self.model, spec.spaces.action_space, device, None,
+                           seed=policy_seed(cfg.run.seed, run.generation, run.rank, role.index),
+                           random_actions=cfg.run.random_policy, value_norm=self.value_norm)
+        self.watchdog = BeatingWatchdog(Path(run.run_dir) / log_name(run.rank),
+                                        max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s), board, role.index)
+        self.balancer = self.rank_balancer = None
+        door = Door(self.ctx, role.address, self.curve, env_seed(cfg.run.seed, run.rank, role.index), role.admission,
+                    redirect_for=self._redirect_for,
+                    wake=conn.fileno())  # a command ends the idle pump's wait at once
+        serving = Serving(policy, self.watchdog, policy.link, self._rows_for if spec.shared_rows else None)
+        parts = assemble(run, spec.spaces, spec.layout, door, serving, in_process=False)
+        self.registry, self.gateway, self.collector = parts.registry, parts.gateway, parts.collector
         self.posted = None  # the registry's (actors joined so far, connected) when the board last heard
 
+    def _redirect_for(self, registry: ActorRegistry):
+        """Collector 0 sends joiners to another rank first, else to the collector with the fewest env slots."""
+        if self.spec.index != 0:
+            return None
+        self.balancer = CollectorBalancer(registry.num_slots, self.board)
+        self.rank_balancer = self._rank_balancer()
+        return redirect_chain(self.rank_balancer, self.balancer)
+
     def _curve(self):
-        c = self.spec.cfg.cluster
+        c = self.spec.run.cfg.cluster
         if not c.server_key:
             return None
         from protocol.security import ServerKeys
@@ -200,29 +202,29 @@ class CollectorProcess:
         return curve
 
     def _rank_balancer(self) -> RankBalancer | None:
-        if self.spec.index != 0 or self.spec.rank_targets is None:
+        if self.spec.role.rank_targets is None:
             return None
-        targets, loads = self.spec.rank_targets
+        targets, loads = self.spec.role.rank_targets
         return RankBalancer(lambda: int(self.board[:, SLOTS].sum()), targets, loads)
 
     def should_stop(self) -> bool:
-        if os.getppid() != self.spec.parent_pid:  # the training process is gone (kill -9 included)
-            log.error("the training process (pid %d) is gone: collector %d stops", self.spec.parent_pid,
+        if os.getppid() != self.spec.run.parent_pid:  # the training process is gone (kill -9 included)
+            log.error("the training process (pid %d) is gone: collector %d stops", self.spec.run.parent_pid,
                       self.spec.index)
             self.halt[0] = 1
         return bool(self.halt[0])
 
     def serve(self) -> int:
         try:
-            self.conn.send(("ready", self.gateway.endpoint))
+            self.conn.send(Ready(self.gateway.endpoint))
             while not self.should_stop():
                 command = self._next_command()
-                if command is None or command[0] == "close":
+                if command is None or isinstance(command, Close):
                     break
-                if command[0] == "know":
-                    self._know(*command[1:])
-                elif not self._collect(*command[1:]):
-                    self._tell(("stopped",))
+                if isinstance(command, Know):
+                    self._know(command)
+                elif not self._collect(command):
+                    self._tell(Stopped())
                     break
             return 0
         finally:
@@ -241,7 +243,7 @@ class CollectorProcess:
                 return None
             self.board[self.spec.index, READY] = self.collector.pump(IDLE_PUMP_MS)
             self._post_slots()
-        return self.conn.recv()
+        return check(self.conn.recv(), (Know, Collect, Close), PARENT)
 
     def _post_slots(self) -> None:
         """Live and admitted env slots to the board, when a join or a leave changed them (not per message)."""
@@ -251,15 +253,16 @@ class CollectorProcess:
             self.board[self.spec.index, ADMITTED] = sum(self.registry.slot_uses.values())
             self.board[self.spec.index, SLOTS] = self.registry.num_slots()
 
-    def _know(self, collectors: list[str], ranks: list[str] | None) -> None:
+    def _know(self, command: Know) -> None:
         if self.balancer is not None:
-            self.balancer.know(collectors)
-        if self.rank_balancer is not None and ranks:
-            self.rank_balancer.know(ranks)
+            self.balancer.know(command.collectors)
+        if self.rank_balancer is not None and command.ranks:
+            self.rank_balancer.know(command.ranks)
 
-    def _collect(self, version: int, rank_slots: list[int] | None) -> bool:
-        if self.rank_balancer is not None and rank_slots is not None:
-            self.rank_balancer.after_update(rank_slots)
+    def _collect(self, command: Collect) -> bool:
+        version = command.version
+        if self.rank_balancer is not None and command.rank_slots is not None:
+            self.rank_balancer.after_update(command.rank_slots)
         if version != self.version:
             self.version = self.weights.load_into([self.model, self.value_norm])
         self.board[self.spec.index, READY] = 0
@@ -270,7 +273,7 @@ class CollectorProcess:
         if rollout is None:
             return False
         self._post_slots()
-        self.conn.send(("shard", Shard.of(
+        self.conn.send(Done(Shard.of(
             self.spec.index, rollout, episodes=self.collector.episodes.take_new(), actors=len(self.registry),
             live_slots=self.registry.num_slots(), rejected=self.gateway.rejected,
             events=self.gateway.take_events())))
@@ -278,15 +281,15 @@ class CollectorProcess:
 
     def _rows_for(self, width: int) -> dict:
         """This rollout's columns of the training process's shared rollout: say how many, hear where."""
-        self.conn.send(("width", width))
+        self.conn.send(Width(width))
         while not self.conn.poll(0.1):
             if self.should_stop():
                 raise StopCollecting()
-        kind, rows_id, offset, arrays, alive = self.conn.recv()
-        self.rows = {i: r for i, r in self.rows.items() if i in alive}  # the pool has let the others go
-        if arrays is not None:
-            self.rows[rows_id] = arrays
-        return {name: t[:, offset:offset + width] for name, t in self.rows[rows_id].items()}
+        where = check(self.conn.recv(), (Rows,), PARENT)
+        self.rows = {i: r for i, r in self.rows.items() if i in where.alive}  # the pool has let the others go
+        if where.arrays is not None:
+            self.rows[where.rows_id] = where.arrays
+        return {name: t[:, where.offset:where.offset + width] for name, t in self.rows[where.rows_id].items()}
 
     def close(self) -> None:
         self.watchdog.stop()

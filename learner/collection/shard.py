@@ -14,6 +14,7 @@ import torch
 
 from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 
 
 class SharedRows:
@@ -21,9 +22,8 @@ class SharedRows:
     owns: two sets used in turn (under policy lag the update reads one while the other fills), each
     reallocated only when the rollout's width changes. `take(width)` -> (id, arrays of width columns)."""
 
-    def __init__(self, num_steps: int, layout: tuple):
-        obs_shape, obs_dtype, action_shape, action_dtype = layout
-        self.shapes = {"obs": ((*obs_shape,), obs_dtype), "actions": ((*action_shape,), action_dtype),
+    def __init__(self, num_steps: int, layout: Layout):
+        self.shapes = {"obs": (layout.obs_shape, layout.obs_dtype), "actions": (layout.action_shape, layout.action_dtype),
                        "logprobs": ((), torch.float32), "values": ((), torch.float32),
                        "rewards": ((), torch.float32), "terminated": ((), torch.bool), "truncated": ((), torch.bool)}
         self.T, self.sets, self.turn, self.ids = num_steps, [None, None], 0, itertools.count(1)
@@ -63,7 +63,7 @@ def merged_slot(collector: int, slot: int) -> int:
     return collector * MAX_ENV_SLOTS + slot
 
 
-def merge_shards(shards: list[Shard], num_steps: int, layout: tuple, device, link, rows: dict) -> RolloutBuffer:
+def merge_shards(shards: list[Shard], num_steps: int, layout: Layout, device, link, rows: dict) -> RolloutBuffer:
     """One rollout over `rows` (which the shards' collectors filled, side by side in shard order)."""
     slots = [merged_slot(s.collector, slot) for s in shards for slot in s.slots]
     buf = RolloutBuffer(slots, num_steps, *layout, device, link=link, rows=rows)

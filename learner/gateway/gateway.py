@@ -57,11 +57,22 @@ def join_command(endpoint: str, num_envs: int, curved: bool = False) -> str:
     return f"python -m actor --learner {endpoint} --envs {max(num_envs, 1)}{keys}"
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What a joining actor is welcomed to: the env it is to run and its spaces, and the run it joins (its env
+    seeds derive from run_seed and generation, the update the run (re)started from)."""
+    settings: EnvSettings
+    obs_space: SpaceSpec
+    action_space: SpaceSpec
+    run_seed: int
+    generation: int
+    run_id: str
+
+
 class Gateway:
-    def __init__(self, ctx: zmq.Context, address: str, settings: EnvSettings, obs_space: SpaceSpec,
-                 action_space: SpaceSpec, run_seed: int, generation: int, run_id: str, max_bytes: int,
-                 curve=None, registry: ActorRegistry | None = None,
-                 redirect: Callable[[int], str | None] | None = None, wake: int | None = None, codec: str = "auto"):
+    def __init__(self, ctx: zmq.Context, address: str, offer: Offer, max_bytes: int, curve=None,
+                 registry: ActorRegistry | None = None, redirect: Callable[[int], str | None] | None = None,
+                 wake: int | None = None, codec: str = "auto"):
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
         of a multi-rank learner or collector 0 of several, names the address a joiner should go to instead
         (the least loaded rank or collector; None: stay here). `wake`: a file descriptor whose input ends a
@@ -75,8 +86,9 @@ class Gateway:
         self.registry = registry if registry is not None else ActorRegistry()
         self.redirect = redirect
         self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)
-        self.settings, self.obs_space, self.action_space = settings, obs_space, action_space
-        self.run_seed, self.generation, self.run_id, self.max_bytes = run_seed, generation, run_id, max_bytes
+        self.settings, self.obs_space, self.action_space = offer.settings, offer.obs_space, offer.action_space
+        self.run_seed, self.generation, self.run_id, self.max_bytes = (offer.run_seed, offer.generation, offer.run_id,
+                                                                       max_bytes)
         self.codec = codec
         self.rejected = 0
         self.curved = curve is not None

@@ -177,6 +177,39 @@ class PPOUpdater:
         self.model.train()
 
         keys = self.loss_keys + ("grad_norm",)
+        totals, first, minibatches, epochs_run, epoch_kls = self._epochs(batch, counts, generator, keys)
+        pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
+        extra = {"explained_variance": explained_variance(raw["values"], raw["returns"], self.ranks),
+                 **self._pool_first(first)}
+        if cfg.variant == "kl":
+            extra["update_kl"] = self._update_kl(batch)
+        if self.batch_checksum:
+            extra["batch_checksum"] = obs.sum(dtype=torch.float64)
+        if self.value_norm is not None:  # the statistics this update trained the critic against
+            extra.update(value_norm_mean=self.value_norm.rms.mean, value_norm_std=self.value_norm.std())
+        tail = torch.stack([x.double().to(self.device) for x in extra.values()])
+        kls = self.ranks.sum_tensor(torch.stack(epoch_kls)) if epoch_kls else tail.new_zeros(0)
+        values = torch.cat([pooled, tail, kls.double()]).tolist()  # the update's one read from the device
+        named = len(keys) + len(extra)
+        out = dict(zip(keys + tuple(extra), values[:named]))
+        # adaptive: the rate the update ended with (the next one starts from it)
+        out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
+                   minibatches=minibatches, epoch_kls=values[named:])
+        if cfg.variant == "kl":  # the reported beta is the one the next update uses
+            self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
+            out["kl_beta"] = self.beta
+        # the network's input statistics (rl_games' normalize_input) take in this batch after the epochs, so
+        # each update starts from the very policy that collected its rollout
+        self.model.observe(obs, self.ranks)
+        return out
+
+    def _epochs(self, batch: dict[str, torch.Tensor], counts: list[int], generator: torch.Generator | None,
+                keys: tuple[str, ...]):
+        """The update's epochs of minibatch steps, stopped early past target_kl. Returns the weighted sums of the
+        `keys` statistics, the first minibatch's statistics, the minibatches and epochs run, and each epoch's
+        mean approx_kl (this rank's weighted part)."""
+        cfg, obs = self.cfg, batch["obs"]
+        n = obs.shape[0]
         totals = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
         first: dict[str, torch.Tensor] = {}
         minibatches = epochs_run = 0
@@ -205,31 +238,7 @@ class PPOUpdater:
             epochs_run = epoch + 1
             if cfg.target_kl > 0 and self.ranks.sum([float(last)])[0] > cfg.target_kl:  # decided jointly
                 break
-
-        pooled = self.ranks.sum_tensor(totals) / max(minibatches, 1)
-        extra = {"explained_variance": explained_variance(raw["values"], raw["returns"], self.ranks),
-                 **self._pool_first(first)}
-        if cfg.variant == "kl":
-            extra["update_kl"] = self._update_kl(batch)
-        if self.batch_checksum:
-            extra["batch_checksum"] = obs.sum(dtype=torch.float64)
-        if self.value_norm is not None:  # the statistics this update trained the critic against
-            extra.update(value_norm_mean=self.value_norm.rms.mean, value_norm_std=self.value_norm.std())
-        tail = torch.stack([x.double().to(self.device) for x in extra.values()])
-        kls = self.ranks.sum_tensor(torch.stack(epoch_kls)) if epoch_kls else tail.new_zeros(0)
-        values = torch.cat([pooled, tail, kls.double()]).tolist()  # the update's one read from the device
-        named = len(keys) + len(extra)
-        out = dict(zip(keys + tuple(extra), values[:named]))
-        # adaptive: the rate the update ended with (the next one starts from it)
-        out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
-                   minibatches=minibatches, epoch_kls=values[named:])
-        if cfg.variant == "kl":  # the reported beta is the one the next update uses
-            self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
-            out["kl_beta"] = self.beta
-        # the network's input statistics (rl_games' normalize_input) take in this batch after the epochs, so
-        # each update starts from the very policy that collected its rollout
-        self.model.observe(obs, self.ranks)
-        return out
+        return totals, first, minibatches, epochs_run, epoch_kls
 
     def _pool_first(self, first: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The first minibatch's statistics for the job: the largest ratio deviation on any rank, and the

@@ -17,9 +17,10 @@ import pytest
 import torch
 import zmq
 
-from learner.collection.collector import Collector
+from learner.collection.collector import Collector, CollectorSettings
+from learner.rollout.layout import Layout
 from learner.config import ModelConfig
-from learner.gateway.gateway import Gateway
+from learner.gateway.gateway import Gateway, Offer
 from learner.gateway.registry import ActorRegistry
 from learner.model.networks import build_model
 from learner.collection.inference import Inference
@@ -95,15 +96,15 @@ class ForgetfulCollector(Collector):
 def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30):
     ctx = zmq.Context()
     registry = ActorRegistry()
-    gateway = Gateway(ctx, "tcp://127.0.0.1:0", EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0, "run", 1 << 20,
+    gateway = Gateway(ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0, "run"), 1 << 20,
                       registry=registry)
     torch.manual_seed(0)
     model = build_model(OBS, ACT, ModelConfig(hidden=8))
     with torch.no_grad():
         model.head.log_std.fill_(math.log(5.0))  # most samples fall outside [-1, 1]
     policy = Inference(model, ACT, torch.device("cpu"), None, seed=0)
-    collector = collector_class(gateway, registry, policy, T, OBS.shape, torch.float32, ACT.shape, torch.float32,
-                                torch.device("cpu"), actor_timeout_s=actor_timeout_s)
+    collector = collector_class(gateway, registry, policy, Layout(OBS.shape, torch.float32, ACT.shape, torch.float32),
+                                CollectorSettings(T, torch.device("cpu"), actor_timeout_s=actor_timeout_s))
     return ctx, gateway, model, policy, collector
 
 

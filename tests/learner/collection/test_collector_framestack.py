@@ -16,9 +16,10 @@ import pytest
 import torch
 import zmq
 
-from learner.collection.collector import Collector
+from learner.collection.collector import Collector, CollectorSettings
+from learner.rollout.layout import Layout
 from learner.collection.inference import Inference
-from learner.gateway.gateway import Gateway
+from learner.gateway.gateway import Gateway, Offer
 from learner.gateway.registry import ActorRegistry
 from protocol import messages as m
 from protocol.settings import EnvSettings
@@ -127,12 +128,13 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
     it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet)."""
     ctx = zmq.Context()
     registry = ActorRegistry()
-    gateway = Gateway(ctx, "tcp://127.0.0.1:0", EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run",
+    gateway = Gateway(ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"),
                       1 << 20, registry=registry)
     policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
-    collector = Collector(gateway, registry, policy, T, (STACK, *FRAME.shape), torch.uint8, (), torch.long,
-                          torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
-                          double_buffer=mode == "double_buffer", flow_through=mode == "flow_through")
+    settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
+                                 double_buffer=mode == "double_buffer", flow_through=mode == "flow_through")
+    collector = Collector(gateway, registry, policy, Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long),
+                          settings)
     deadline = time.monotonic() + 30
     actor = FrameActor(ctx, gateway.endpoint, deadline, odd_first=mode == "odd_first")
     actor.start()
@@ -157,7 +159,7 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
             rows = [collector.buffer.obs.numpy()] + ([collector.next.obs.numpy()] if collector.next else [])
             going_on = [g for g in range(GROUPS) if (0, g) not in collector.parked] if mode == "flow_through" else []
             for g in going_on:
-                assert any(np.shares_memory(collector.frames.newest((0, g)), rows_) for rows_ in rows)
+                assert any(np.shares_memory(collector.observations.frames.newest((0, g)), rows_) for rows_ in rows)
             checked += len(going_on)
     finally:
         actor.stop.set()

@@ -7,9 +7,10 @@ from learner.advantages.batch import rollout_to_batch
 from learner.collection.shard import Shard, SharedRows, merge_shards, merged_slot
 from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 
-T, LAYOUT = 4, ((1,), torch.float32, (), torch.long)
+T, LAYOUT = 4, Layout((1,), torch.float32, (), torch.long)
 
 
 def shard_rollout(seed: int, n: int, rows=None) -> RolloutBuffer:

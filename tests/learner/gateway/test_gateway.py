@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
-from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, env_seed
+from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Offer, env_seed
 from protocol import messages as m
 from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
@@ -22,7 +22,7 @@ def wire():
     """A gateway and a connected DEALER over inproc: a sent message is queued as soon as send returns."""
     ctx = zmq.Context()
     address = f"inproc://gateway-test-{uuid.uuid4().hex}"
-    gateway = Gateway(ctx, address, EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run", 64 << 20)
+    gateway = Gateway(ctx, address, Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"), 64 << 20)
 
     def peer():
         sock = ctx.socket(zmq.DEALER)
@@ -160,8 +160,8 @@ class Loopback:
 
     def __init__(self):
         self.ctx = zmq.Context()
-        self.gateway = Gateway(self.ctx, "tcp://127.0.0.1:0", EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2),
-                               1, 0, "run", 1 << 20)
+        self.gateway = Gateway(self.ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"),
+                               1 << 20)
         self.admitted = []
 
     def peer(self, identity: bytes | None = None):
