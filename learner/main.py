@@ -36,8 +36,8 @@ from learner.rollout.link import DeviceLink
 from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.runner import UpdateRunner
-from learner.update.ranks import (Ranks, RanksLost, advertised_address, checksum, env_rank, local_slots_of_rank,
-                                 min_envs_of_rank, rank_address)
+from learner.update.ranks import Ranks, RanksLost, checksum, env_rank
+from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher

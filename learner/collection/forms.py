@@ -10,7 +10,7 @@ from learner.collection.local import LocalCollection
 from learner.collection.pool import CollectorPool
 from learner.collection.process import CollectorRole, CollectorSpec
 from learner.rollout.layout import Layout
-from learner.update.ranks import RankBalancer
+from learner.gateway.placement import RankBalancer
 from learner.weights.shared import SharedWeights
 
 

@@ -9,7 +9,7 @@ from learner.collection.collector import Collector
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
-from learner.update.ranks import RankBalancer
+from learner.gateway.placement import RankBalancer
 
 
 class LocalCollection(Collection):

@@ -24,7 +24,7 @@ from learner.collection.shard import Shard, SharedRows, merge_shards
 from learner.report.episodes import EpisodeStats
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.link import DeviceLink
-from learner.update.ranks import advertised_address
+from learner.gateway.placement import advertised_address
 from learner.weights.shared import SharedWeights
 
 log = logging.getLogger("learner")

@@ -26,7 +26,7 @@ from learner.gateway.registry import ActorRegistry
 from learner.collection.inference import Inference
 from learner.collection.pipe import Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Width, PipeError, check
 from learner.collection.shard import Shard
-from learner.update.ranks import RankBalancer, joiner_rank
+from learner.gateway.placement import RankBalancer, joiner_rank
 from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
 from learner.report.metrics import exit_process, log_name, setup_logging

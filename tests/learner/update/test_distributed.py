@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 
 from learner.config import ModelConfig, PPOConfig
-from learner.update.ranks import (Ranks, RanksLost, advertised_address, checksum, joiner_rank, local_slots_of_rank,
-                                 min_envs_of_rank)
+from learner.gateway.placement import advertised_address, joiner_rank, local_slots_of_rank, min_envs_of_rank
+from learner.update.ranks import Ranks, RanksLost, checksum
 from learner.model.networks import build_model
 from learner.update.ppo import PPOUpdater, explained_variance
 from protocol.spaces import SpaceSpec
