@@ -377,14 +377,14 @@ def run(opts: ActorOptions, on_refused=None) -> int:
         log.info("actor %s: interrupted (%s); leaving", opts.name, _signal_name(exc))
         return 0
     finally:
-        _quiet_teardown()  # leaving anyway: a SIGTERM or Ctrl-C now must not break the envs' close
-        envs.close()
-        ctx.term()
+        _leave(envs, ctx)
 
 
-def _quiet_teardown() -> None:
-    """Ignore SIGINT and SIGTERM from here on (the supervisor's SIGTERM after the learner died once arrived
-    during ctx.term() and printed a KeyboardInterrupt traceback); a no-op off the main thread."""
+def _leave(envs, ctx) -> None:
+    """Close the envs and the sockets with SIGINT and SIGTERM ignored: leaving anyway (a supervisor's SIGTERM
+    after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback)."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
+    envs.close()
+    ctx.term()
