@@ -8,7 +8,7 @@ from actor.wrappers import (AgentStepLength, ClipReward, EpisodeStats, EpisodicL
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
-ATARI_DEFAULT_MAX_STEPS = EnvSettings.max_episode_steps
+ATARI_DEFAULT_MAX_STEPS = EnvSettings.model_fields["max_episode_steps"].default
 """The settings' default limit is meant for Atari; a non-Atari env keeps its own unless told otherwise."""
 
 

@@ -7,7 +7,6 @@ batch, updater, publisher) live in their own modules.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import logging
 import os
@@ -94,7 +93,7 @@ def learner_spaces(cfg: Config) -> Spaces:
         obs_space, action_space = probe_spaces(cfg.env, cfg.run.seed)
         # the actors' env: without its FrameStack when the learner stacks their newest frames
         stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
-        actor_env = dataclasses.replace(cfg.env, frame_stack=1) if stack > 1 else cfg.env
+        actor_env = cfg.env.model_copy(update={"frame_stack": 1}) if stack > 1 else cfg.env
         actor_obs_space = probe_spaces(actor_env, cfg.run.seed)[0] if stack > 1 else obs_space
     if cfg.normalize.obs and obs_space.dtype == "uint8":
         raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "

@@ -13,7 +13,6 @@ with the run's episodic life and FIRE reset, FIRE is pressed after each lost lif
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -102,7 +101,7 @@ def eval_settings(env: EnvSettings, sticky_actions: float | None = None, max_ste
         changes["sticky_actions"] = float(sticky_actions)
     if max_steps is not None:
         changes["max_episode_steps"] = int(max_steps)
-    return dataclasses.replace(env, **changes)
+    return env.model_copy(update=changes)
 
 
 def headless_rendering() -> None:

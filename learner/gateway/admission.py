@@ -97,17 +97,6 @@ def check_run_fits(admission: Admission, run_envs: int, min_envs: int) -> str | 
     return None
 
 
-def check_admission_config(cfg) -> str | None:
-    """The admission keys in range (None: fine); called by config.validate, which also refuses an absurd update
-    (more minibatches than samples)."""
-    c = cfg.cluster
-    if c.memory_budget_mb < 0:
-        return f"cluster.memory_budget_mb must be >= 0 (0: half of this machine's memory), got {c.memory_budget_mb}"
-    if not 0 <= c.max_envs_per_actor <= HARD_MAX_ENVS:
-        return f"cluster.max_envs_per_actor must be in [0, {HARD_MAX_ENVS}] (0: derived), got {c.max_envs_per_actor}"
-    return None
-
-
 def _mb(n: int) -> str:
     if n >= 1 << 30:
         return f"{n / (1 << 30):.1f} GB"

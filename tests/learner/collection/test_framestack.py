@@ -1,5 +1,4 @@
 """Learner-side frame stacking: hand-made sequences, then equality with the actor's own FrameStack."""
-import dataclasses
 
 import numpy as np
 
@@ -66,7 +65,7 @@ def test_matches_the_actor_side_frame_stack_through_resets_and_truncations():
     life-loss resets."""
     settings = EnvSettings(env_id="ALE/Breakout-v5", max_episode_steps=60)
     stacked_env = make_env(settings, seed=3)
-    frame_env = make_env(dataclasses.replace(settings, frame_stack=1), seed=3)
+    frame_env = make_env(settings.model_copy(update={"frame_stack": 1}), seed=3)
     stack = LearnerFrameStack(settings.frame_stack)
     expected, _ = stacked_env.reset()
     frame, _ = frame_env.reset()

@@ -1,4 +1,3 @@
-import dataclasses
 import math
 
 import numpy as np
@@ -190,7 +189,7 @@ def test_kl_variant_adapts_beta_from_the_kl_of_the_whole_update(scale, beta_afte
     assert measured > 1e-4, "the update must move the policy for the test to mean anything"
     model = make_model()
     batch = make_batch(model)
-    cfg = dataclasses.replace(cfg, kl_target=measured * scale)
+    cfg = cfg.model_copy(update={"kl_target": measured * scale})
     updater = PPOUpdater(model, cfg, device="cpu")
     stats = updater.update(batch, progress=0.0, generator=torch.Generator().manual_seed(3))
     assert stats["update_kl"] == pytest.approx(_hand_kl(model, batch), rel=1e-6)
