@@ -9,6 +9,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from protocol import messages as m
 from protocol.errors import ProtocolError
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
@@ -92,6 +93,36 @@ def test_settings_accept_a_subset_of_keys():
 def test_settings_with_an_unknown_key(data, bad):
     with pytest.raises(ProtocolError, match=re.escape(f"env settings: unknown key(s) {bad}")):
         EnvSettings.from_dict(data)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("frame_stack", 0, "env.frame_stack must be in [1, 16], got 0"),
+    ("frame_stack", "4", "env.frame_stack: expected int, got '4'"),
+    ("frame_stack", True, "env.frame_stack: expected int, got True"),
+    ("frame_skip", 101, "env.frame_skip must be in [1, 100], got 101"),
+    ("noop_max", -1, "env.noop_max must be in [0, 1000], got -1"),
+    ("resolution", 4, "env.resolution must be in [8, 512], got 4"),
+    ("sticky_actions", 1.5, "env.sticky_actions must be in [0, 1], got 1.5"),
+    ("sticky_actions", float("nan"), "env.sticky_actions must be a finite number, got nan"),
+    ("max_episode_steps", 2**31, "env.max_episode_steps must be in [0, 2147483647], got 2147483648"),
+    ("env_id", " ", "env.env_id must be non-empty, got ' '"),
+    ("env_id", 7, "env.env_id: expected str, got 7"),
+    ("clip_rewards", 1, "env.clip_rewards: expected bool, got 1"),
+])
+def test_a_welcome_with_bad_env_settings_is_a_protocol_error_naming_the_key(key, value, words):
+    """What the actor does with a Welcome's env (actor/runner.py): the learner's settings are checked against
+    the same bounds as the learner's config, before any env is built from them."""
+    welcome = m.Welcome(actor_id=0, slots=[0], seeds=[1], env={**EnvSettings().to_dict(), key: value},
+                        obs_space=SpaceSpec(kind="discrete", n=2), action_space=SpaceSpec(kind="discrete", n=2))
+    received = m.decode([bytes(frame) for frame in m.encode(welcome)])
+    with pytest.raises(ProtocolError) as caught:
+        EnvSettings.from_dict(received.env)
+    assert str(caught.value) == f"env settings: {words}"
+
+
+def test_settings_take_an_int_where_a_float_belongs():
+    assert EnvSettings.from_dict({"sticky_actions": 1}).sticky_actions == 1.0
+    assert isinstance(EnvSettings.from_dict({"sticky_actions": 1}).sticky_actions, float)
 
 
 def test_protocol_imports_neither_torch_nor_gymnasium():
