@@ -66,3 +66,31 @@ def test_cluster_collectors_is_validated_and_refused_where_it_would_not_be_exact
         from_dict({"cluster": {"collectors": 2}, "run": {"deterministic": True}})
     with pytest.raises(ConfigError, match="each collector would keep its own observation statistics"):
         from_dict({"cluster": {"collectors": 2}, "normalize": {"obs": True}})
+
+
+def test_a_config_crosses_to_a_collector_process_and_into_a_checkpoint(tmp_path):
+    """Collector processes get the config pickled (torch.multiprocessing spawn); checkpoints store to_dict()
+    and --resume / evaluation read it back with torch.load(weights_only=True), which takes plain types only."""
+    import pickle
+
+    import torch
+    cfg = from_dict({"ppo": {"learning_rate": 1e-3}, "env": {"env_id": "CartPole-v1"}, "cluster": {"actors": 3}})
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    torch.save({"config": cfg.to_dict()}, tmp_path / "ckpt.pt")
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)["config"]
+    assert type(saved["ppo"]) is dict and from_dict(saved) == cfg
+
+
+def test_defaults_overlaid_section_by_section_and_validated_once():
+    base = from_dict({"ppo": {"gamma": 0.9, "num_steps": 64}})
+    cfg = from_dict({"ppo": {"num_steps": 32}}, base=base)
+    assert (cfg.ppo.gamma, cfg.ppo.num_steps, base.ppo.num_steps) == (0.9, 32, 64)
+    assert from_dict({"ppo": {"gamma": 1}}).ppo.gamma == 1.0 and type(from_dict({"ppo": {"gamma": 1}}).ppo.gamma) is float
+    with pytest.raises(ConfigError, match=r"^ppo.gamma: expected float, got 'a'$"):
+        from_dict({"ppo": {"gamma": "a"}})
+    with pytest.raises(ConfigError, match=r"^unknown config key ppo.foo$"):
+        from_dict({"ppo": {"foo": 1}})
+    with pytest.raises(ConfigError, match=r"^ppo.variant must be clip or kl, got 'x'$"):
+        from_dict({"ppo": {"variant": "x"}})
+    with pytest.raises(ConfigError, match=r"^run.seed must be in \[0, 4294967295\], got -1$"):
+        from_dict({"run": {"seed": -1}})
