@@ -70,17 +70,17 @@ def test_value_normalization_refused_with_policy_lag():
 
 @pytest.mark.parametrize("every,steps", [("minibatch", 8), ("epoch", 2)])
 def test_adaptive_lr_grows_by_1_5_per_step_of_the_rule_up_to_lr_max(every, steps):
-    """Threshold 1e3: every KL is far below half of it, so the rate goes x1.5 once per minibatch (8 of them)
-    or once per epoch (2, rl_games' discrete PPO)."""
+    """Threshold 10 (the most ppo.lr_kl_threshold takes): every KL is far below half of it, so the rate goes
+    x1.5 once per minibatch (8 of them) or once per epoch (2, rl_games' discrete PPO)."""
     model = make_model()
-    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=1e3, lr_max=1.0,
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=10.0, lr_max=1.0,
                     update_epochs=2, num_minibatches=4, lr_adapt_every=every)
     updater = PPOUpdater(model, cfg, "cpu")
     stats = updater.update(make_batch(model), progress=0.7)  # progress plays no part
     assert updater.lr == pytest.approx(1e-4 * 1.5 ** steps, rel=1e-12)
     assert stats["learning_rate"] == pytest.approx(1e-4 * 1.5 ** steps, rel=1e-12)
     assert updater.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4 * 1.5 ** steps, rel=1e-12)
-    capped = PPOUpdater(make_model(), PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=1e3,
+    capped = PPOUpdater(make_model(), PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=10.0,
                                                 lr_max=2e-3, update_epochs=2, num_minibatches=4,
                                                 lr_adapt_every=every), "cpu")
     capped.update(make_batch(capped.model), progress=0.0)
@@ -143,7 +143,7 @@ def test_adaptive_lr_per_epoch_folds_the_rule_over_each_epochs_mean_kl():
 
 def test_adaptive_lr_is_checkpointed():
     model = make_model()
-    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=1e3, lr_max=1.0, update_epochs=1)
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-4, lr_kl_threshold=10.0, lr_max=1.0, update_epochs=1)
     updater = PPOUpdater(model, cfg, "cpu")
     updater.update(make_batch(model), progress=0.0)
     other = PPOUpdater(make_model(), cfg, "cpu")
