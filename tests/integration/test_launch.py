@@ -71,7 +71,7 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     (["--config", "configs/nope.toml"], "configs/nope.toml"),
     (["--envs-per-actor", "3", "--groups", "2"], "--envs-per-actor (cluster.envs_per_actor, 3) must be divisible by 2"),
     (["--actors", "2", "--envs-per-actor", "4000"], "more than the learner's limit of 4096"),
-    (["--envs-per-actor", "5000"], "cluster.envs_per_actor must be in [1, 4096]"),
+    (["--envs-per-actor", "5000"], "cluster.envs_per_actor must be in [0, 4096], got 5000"),
     (["--set", "cluster.min_envs=5000"], "cluster.min_envs must be in [0, 4096]"),
 ])
 def test_bad_config_exits_2_naming_it(tmp_path, args, needle):
