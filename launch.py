@@ -41,12 +41,14 @@ import shutil
 import socket
 import sys
 import time
+import typing
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from actor import EXIT_REFUSED, leave_on_sigterm, name_process
 from learner import config_docs
-from learner.config import Config, ConfigError, check_resume, field_docs, from_dict, load, to_toml, with_topology
+from learner.config import (Config, ConfigError, Device, check_resume, field_docs, from_dict, load, to_toml,
+                            with_topology)
 from learner.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
 from protocol.files import WriteFailed, atomic_write
 
@@ -80,10 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/breakout.toml", help="run config TOML (default: %(default)s)")
     p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors; unset: from the cores, e.g. 2 on 2 cores)")
     p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor; unset: cluster.envs / actors)")
-    p.add_argument("--groups", type=int, default=None, choices=(1, 2),
+    p.add_argument("--groups", type=int, default=None,
                    help="env groups per actor; 2 double-buffers stepping and inference (default: cluster.groups, 1)")
     p.add_argument("--total-steps", type=int, default=None, help="agent steps to train (default: run.total_steps)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="learner device (default: auto)")
+    p.add_argument("--device", choices=typing.get_args(Device), default=None, help="learner device (default: auto)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: run.seed, 1)")
     p.add_argument("--run-dir", default=None, help="run directory (default: runs/<env>-<timestamp>)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",

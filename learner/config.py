@@ -39,6 +39,7 @@ Rate = Annotated[float, Field(gt=0.0, le=1.0)]
 Coef = Annotated[float, Field(ge=0.0, le=1000.0)]
 KL = Annotated[float, Field(ge=0.0, le=100.0)]
 Positive = Annotated[float, Field(gt=0.0, le=1e6)]
+Device = Literal["auto", "cpu", "cuda"]
 SameOrUnit = Annotated[float, AfterValidator(Rule("-1 or in [0, 1]", lambda p: p == -1.0 or 0.0 <= p <= 1.0))]
 
 
@@ -53,7 +54,7 @@ class RunConfig(BaseModel):
     """run seed; every env slot derives its own seed from it"""
     total_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 10_000_000
     """agent steps (summed over all envs) to train for"""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Device = "auto"
     """auto (cuda when available) | cpu | cuda"""
     deterministic: bool = False
     """same seed + config on CPU give the same metrics: lock-step collection, deterministic kernels"""

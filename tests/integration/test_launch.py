@@ -73,6 +73,7 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     (["--actors", "2", "--envs-per-actor", "4000"], "more than the learner's limit of 4096"),
     (["--envs-per-actor", "5000"], "cluster.envs_per_actor must be in [0, 4096], got 5000"),
     (["--set", "cluster.min_envs=5000"], "cluster.min_envs must be in [0, 4096]"),
+    (["--groups", "3"], "cluster.groups must be 1 or 2, got 3"),
 ])
 def test_bad_config_exits_2_naming_it(tmp_path, args, needle):
     run_dir = tmp_path / "bad"
