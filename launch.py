@@ -61,7 +61,8 @@ LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank e
 
 
 class HelpConfig(argparse.Action):
-    """--help-config: every config key with its type, default and meaning (learner/config_docs.py), then exit 0."""
+    """--help-config: every config key with its type, allowed values, default and meaning (learner/config_docs.py),
+    then exit 0."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"config keys (set in the TOML file or with --set section.key=value; their meanings in full: "
                f"--help-config):\n{keys}")
     p.add_argument("--help-config", action=HelpConfig,
-                   help="print every config key with its type, default and meaning, and exit")
+                   help="print every config key with its type, allowed values, default and meaning, and exit")
     p.add_argument("--config", default="configs/breakout.toml", help="run config TOML (default: %(default)s)")
     p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors; unset: from the cores, e.g. 2 on 2 cores)")
     p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor; unset: cluster.envs / actors)")
