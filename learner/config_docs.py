@@ -59,7 +59,8 @@ def markdown() -> str:
     for section, key, kind, allowed, default, doc in rows():
         if section != current:
             current = section
-            lines += ["", f"## [{section}]", "", "| key | type | allowed | default | meaning |", "|---|---|---|---|---|"]
+            lines += ["", f"## [{section}]", "", "| key | type | allowed | default | meaning |",
+                      "|---|---|---|---|---|"]
         lines.append(f"| `{section}.{key}` | {kind} | {_cell(allowed)} | `{_cell(_toml(default))}` | {_cell(doc)} |")
     return "\n".join(lines) + "\n"
 

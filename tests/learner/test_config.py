@@ -85,7 +85,8 @@ def test_defaults_overlaid_section_by_section_and_validated_once():
     base = from_dict({"ppo": {"gamma": 0.9, "num_steps": 64}})
     cfg = from_dict({"ppo": {"num_steps": 32}}, base=base)
     assert (cfg.ppo.gamma, cfg.ppo.num_steps, base.ppo.num_steps) == (0.9, 32, 64)
-    assert from_dict({"ppo": {"gamma": 1}}).ppo.gamma == 1.0 and type(from_dict({"ppo": {"gamma": 1}}).ppo.gamma) is float
+    gamma = from_dict({"ppo": {"gamma": 1}}).ppo.gamma
+    assert gamma == 1.0 and type(gamma) is float
     with pytest.raises(ConfigError, match=r"^ppo.gamma: expected float, got 'a'$"):
         from_dict({"ppo": {"gamma": "a"}})
     with pytest.raises(ConfigError, match=r"^unknown config key ppo.foo$"):

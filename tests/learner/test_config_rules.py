@@ -269,7 +269,8 @@ def test_every_float_key_refuses_nan_and_infinities(key, value):
 
 def within(info, value) -> bool:
     b = bounds(info)
-    return b.get("ge", -math.inf) <= value <= b.get("le", math.inf) and b.get("gt", -math.inf) < value < b.get("lt", math.inf)
+    return (b.get("ge", -math.inf) <= value <= b.get("le", math.inf)
+            and b.get("gt", -math.inf) < value < b.get("lt", math.inf))
 
 
 @pytest.mark.parametrize("key", FLOATS)
