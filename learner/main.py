@@ -26,7 +26,7 @@ from learner.rundir import RunDirHeld, RunLock
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
 from learner.checkpointing import Checkpointing, Learned
-from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed, lagged
+from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
 from learner.collection.inference import Inference
@@ -233,12 +233,12 @@ class Learner:
         if resume and ranks.main:
             self.checkpoints.resume(device)
         self.checkpoints.sync_from_rank0()
-        self.lagged = lagged(cfg)
+        self.has_policy_lag = has_policy_lag(cfg)
         # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
         # bootstrap values of their rollouts only
-        self.policy = Inference(copy.deepcopy(model) if self.lagged else model, action_space, device, self.obs_norm,
+        self.policy = Inference(copy.deepcopy(model) if self.has_policy_lag else model, action_space, device, self.obs_norm,
                                 seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
@@ -250,13 +250,13 @@ class Learner:
         generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
         self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
         self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
-                                  r.policy_lag if self.lagged else 0) if ranks.main else None)  # rank 0 writes them
+                                  r.policy_lag if self.has_policy_lag else 0) if ranks.main else None)  # rank 0 writes them
         self.min_envs = min_envs_of_rank(cfg.cluster.min_envs, cfg.num_envs, cfg.cluster.actors,
                                          cfg.cluster.envs_per_actor, cfg.cluster.learners, ranks.rank)
         self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
+        self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag)
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
 
@@ -314,7 +314,7 @@ class Learner:
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
-        in_flight = None  # policy lag: the update that runs while the next rollout is collected
+        lagging = None  # policy lag: the update that runs while the next rollout is collected
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
@@ -324,9 +324,9 @@ class Learner:
             t1 = time.monotonic()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler)
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
-            if in_flight is not None:  # done before the next rollout may reuse the buffer it reads
-                self._finish(in_flight)
-                in_flight = None
+            if lagging is not None:  # done before the next rollout may reuse the buffer it reads
+                self._finish(lagging)
+                lagging = None
             if n_valid == 0:
                 self._note_idle()
                 continue
@@ -334,14 +334,14 @@ class Learner:
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / r.total_steps,
                       batch, n_valid, t0, t1)
             state["update"], state["env_steps"] = job.update, job.env_steps
-            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or in the background
+            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread
             self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
-            if self.lagged:
-                in_flight = job
+            if self.has_policy_lag:
+                lagging = job
             else:
                 self._finish(job)
-        if in_flight is not None:
-            self._finish(in_flight)
+        if lagging is not None:
+            self._finish(lagging)
         # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
         if state["update"] > 0 and (self.checkpoints.last_saved != state["update"]
                                     or not checkpoint.latest(self.run_dir)):
@@ -377,13 +377,13 @@ class Learner:
         Timing is wall clock: elapsed_s is the time since this process started training (plus a resumed
         run's), sps the job's new env steps over the time since the last update finished (with policy lag
         the next rollout was collected meanwhile), collect_s the rollout's collection, update_s the update's
-        own run (in the background with policy lag)."""
+        own run (in a thread with policy lag)."""
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
-        if self.lagged:
+        if self.has_policy_lag:
             self.policy.follow(self.model)
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])

@@ -80,7 +80,7 @@ def env_seed(seed: int, rank: int, index: int = 0) -> int:
     return seed + 100_003 * rank + 10_000_019 * index
 
 
-def lagged(cfg: Config) -> bool:
+def has_policy_lag(cfg: Config) -> bool:
     """Policy lag: the actors are served by the previous weights while the update runs."""
     return cfg.run.policy_lag > 0 and not cfg.run.collect_only
 
@@ -92,8 +92,8 @@ def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_p
     return CollectorSettings(
         cfg.ppo.num_steps, device, c.actor_timeout_s, lockstep=r.deterministic, frame_stack=frame_stack,
         startup_timeout_s=c.startup_timeout_s if in_process else 0.0,
-        double_buffer=lagged(cfg) and in_process,
-        flow_through=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
+        policy_lag=has_policy_lag(cfg) and in_process,
+        collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
 
 def assemble(run: RankContext, spaces: Spaces, layout: Layout, door: Door, serving: Serving,
