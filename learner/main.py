@@ -43,7 +43,7 @@ from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import log_name, setup_logging
 from learner.report.reporter import Gathered, Job, Reporter, Since
 from learner.startup import StartupError, starting
@@ -227,7 +227,7 @@ class Learner:
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
         self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
-        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
+        self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
         self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(
             model, self.updater, self.obs_norm, self.reward_scaler, self.value_norm, self.episodes), self.state)
         if resume and ranks.main:

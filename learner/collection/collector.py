@@ -20,7 +20,7 @@ import torch
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.holders import group_of, unfinished
 from learner.collection.observations import Observations, episodes_of
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Gateway
 from learner.collection.inference import Inference
 from learner.rollout.buffer import RolloutBuffer
@@ -89,7 +89,7 @@ class Collector:
         self.heard = 0.0  # when the last message from an actor arrived
         self.listened = None  # when the last poll ended (the gap to the next is the learner's, see _pump)
         self.watchdog = watchdog
-        self.episodes = EpisodeStats()
+        self.episodes = RecentEpisodes()
 
     def parked_slots(self) -> int:
         return sum(len(w.slots) for w in self.parked.values())
