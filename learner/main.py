@@ -23,10 +23,11 @@ import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.rundir import RunDirHeld, RunLock
+from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
 from learner.checkpointing import Checkpointing, Learned
-from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed, has_policy_lag
+from learner.collection.build import Door, RankContext, Serving, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
 from learner.collection.inference import Inference
@@ -239,7 +240,7 @@ class Learner:
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
         # bootstrap values of their rollouts only
         self.policy = Inference(copy.deepcopy(model) if self.has_policy_lag else model, action_space, device, self.obs_norm,
-                                seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
+                                seed=learner_policy_seed(r.seed, self.state["update"], ranks.rank),
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
@@ -247,7 +248,7 @@ class Learner:
         self.admission = admission_of(cfg, obs_space)
         self._open_sockets()
         generator = torch.Generator(device=device)
-        generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
+        generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))
         self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
         self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
                                   r.policy_lag if self.has_policy_lag else 0) if ranks.main else None)  # rank 0 writes them
@@ -308,7 +309,8 @@ class Learner:
                                cfg.normalize.obs)
         run = RankContext(cfg, str(self.run_dir), self.ranks.rank, run_id, self.state["update"], os.getpid(),
                           str(self.device))
-        door = Door(self.ctx, address, self.curve, env_seed(cfg.run.seed, self.ranks.rank), self.admission)
+        door = Door(self.ctx, address, self.curve, collector_env_base(cfg.run.seed, self.ranks.rank),
+                    self.admission)
         return open_collection(k, run, self.spaces, self.layout, door, Serving(self.policy, self.watchdog, self.link),
                                self._rank_targets(), [self.model, self.value_norm])
 

@@ -52,7 +52,7 @@ class Door:
     ctx: zmq.Context
     address: str                 # where to bind (port 0: any free one)
     curve: object | None         # protocol.security.ServerKeys, or None
-    env_seed: int                # its actors' env seeds' base
+    env_seed: int                # its actors' env seeds' base (learner/seeds.py: collector_env_base)
     admission: Admission | None  # what its peers may claim
     redirect_for: Callable[[ActorRegistry], Callable[[int], str | None] | None] = lambda registry: None
     wake: int | None = None      # a file descriptor whose input ends the gateway's idle wait
@@ -73,11 +73,6 @@ class Parts:
     gateway: Gateway
     collector: Collector
     redirect: Callable[[int], str | None] | None  # what door.redirect_for made
-
-
-def env_seed(seed: int, rank: int, index: int = 0) -> int:
-    """The base of collector `index`'s env seeds on learner rank `rank`: distinct for each."""
-    return seed + 100_003 * rank + 10_000_019 * index
 
 
 def has_policy_lag(cfg: Config) -> bool:

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 from learner.config import Config
+from learner.seeds import eval_env_seed
 
 log = logging.getLogger("eval")
 POLL_MS = 500
-EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never replay a training slot's seed
 
 
 def alive(pid: int) -> bool:
@@ -65,7 +65,7 @@ class Evaluator:
         self.cfg, self.run_dir = cfg, run_dir
         ev = cfg.eval
         self.settings = eval_settings(cfg.env, ev.sticky_actions if ev.sticky_actions >= 0 else None)
-        self.seed = cfg.run.seed + EVAL_SEED_OFFSET
+        self.seed = eval_env_seed(cfg.run.seed)
         if ev.video_every > 0:
             headless_rendering()
         self.env = make_env(self.settings, self.seed, render_mode="rgb_array" if ev.video_every > 0 else None)
