@@ -50,6 +50,7 @@ from learner.report.reporter import Gathered, Job, Reporter, Since
 from learner.startup import StartupError, starting
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
+from protocol.processes import parent_alive
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
@@ -146,14 +147,14 @@ class ParentWatch:
     """No orphaned learner: once the process that started it (launch.py) is gone, killed with -9 or by the
     OOM killer, the learner stops as on SIGTERM (final checkpoint, goodbyes, ports and device freed), and
     exits hard if that takes longer than grace_s (it may be deep in an update or a collective). A thread
-    polling the parent pid, not PR_SET_PDEATHSIG: that fires when the parent *thread* that started us ends."""
+    polling the parent pid (protocol.processes.parent_alive)."""
 
     def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5):
         self.parent_pid, self.stop, self.grace_s, self.every_s = parent_pid, stop, grace_s, every_s
         threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
 
     def _watch(self) -> None:
-        while os.getppid() == self.parent_pid:
+        while parent_alive(self.parent_pid):
             time.sleep(self.every_s)
         log.error("the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
         self.stop.request()

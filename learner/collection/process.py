@@ -9,7 +9,6 @@ slots it has ready and live.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 import traceback
@@ -32,6 +31,7 @@ from learner.model.normalize import ValueNormalizer
 from learner.report.metrics import exit_process, log_name, setup_logging
 from learner.rollout.layout import Layout
 from learner.seeds import collector_env_base, collector_policy_seed
+from protocol.processes import parent_alive
 
 log = logging.getLogger("learner")
 READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
@@ -205,7 +205,7 @@ class CollectorProcess:
         return RankBalancer(lambda: int(self.board[:, SLOTS].sum()), targets, loads)
 
     def should_stop(self) -> bool:
-        if os.getppid() != self.spec.run.parent_pid:  # the training process is gone (kill -9 included)
+        if not parent_alive(self.spec.run.parent_pid):  # the training process is gone (kill -9 included)
             log.error("the training process (pid %d) is gone: collector %d stops", self.spec.run.parent_pid,
                       self.spec.index)
             self.halt[0] = 1

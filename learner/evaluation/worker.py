@@ -26,6 +26,7 @@ from pathlib import Path
 
 from learner.config import Config
 from learner.seeds import eval_env_seed
+from protocol.processes import parent_alive
 
 log = logging.getLogger("eval")
 POLL_MS = 500
@@ -155,7 +156,7 @@ def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
     log.info("evaluating every %d updates (%d episodes) from %s", cfg.eval.every, cfg.eval.episodes,
              endpoints["weights_address"])
     try:
-        while alive(learner_pid) and (not parent_pid or os.getppid() == parent_pid):
+        while alive(learner_pid) and parent_alive(parent_pid):
             frames = recv_frames(sock, POLL_MS)
             if frames is None:
                 continue
