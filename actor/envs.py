@@ -50,7 +50,7 @@ def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -
 
 
 def _make_atari(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
-    import ale_py
+    import ale_py  # here: only Atari ids need ALE
     # ALE's C++ logger prints a start-up banner to stderr at Info level, once per process: keep the
     # console and logs to one line per event (its warnings and errors still get through)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)

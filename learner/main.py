@@ -48,6 +48,8 @@ from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import log_name, setup_logging
 from learner.report.reporter import Gathered, Job, Reporter, Since
 from learner.startup import StartupError, starting
+from actor.envs import describe_spaces, make_env
+from protocol.security import ServerKeys
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
 from protocol.processes import parent_alive
@@ -82,7 +84,6 @@ def join_ranks(cfg: Config, device: torch.device) -> Ranks:
 
 def probe_spaces(settings: EnvSettings, seed: int):
     """Build one env locally to learn its spaces."""
-    from actor.envs import describe_spaces, make_env
     env = make_env(settings, seed)
     try:
         return describe_spaces(env)
@@ -279,7 +280,6 @@ class Learner:
         self.ctx = zmq.Context()
         self.curve = None
         if cfg.cluster.server_key:
-            from protocol.security import ServerKeys
             with starting("cannot load the CURVE keys"):
                 self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
                 self.curve.start_authenticator(self.ctx)

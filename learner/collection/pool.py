@@ -24,6 +24,7 @@ from learner.collection.shard import Shard, SharedRows, merge_shards
 from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.link import DeviceLink
+from learner.gateway.gateway import join_command
 from learner.gateway.placement import advertised_address
 from learner.weights.shared import SharedWeights
 
@@ -127,7 +128,6 @@ class CollectorPool(Collection):
         return [{"address": e, "pid": p.pid} for e, p in zip(self.endpoints, self.procs)]
 
     def join_command(self, num_envs: int) -> str:
-        from learner.gateway.gateway import join_command
         return join_command(self.endpoint, num_envs, bool(self.specs[0].run.cfg.cluster.server_key))
 
     def know_ranks(self, rank_addresses: list[str]) -> None:

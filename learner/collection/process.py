@@ -32,6 +32,7 @@ from learner.report.metrics import exit_process, log_name, setup_logging
 from learner.rollout.layout import Layout
 from learner.seeds import collector_env_base, collector_policy_seed
 from protocol.processes import parent_alive
+from protocol.security import ServerKeys
 
 log = logging.getLogger("learner")
 READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
@@ -193,7 +194,6 @@ class CollectorProcess:
         c = self.spec.run.cfg.cluster
         if not c.server_key:
             return None
-        from protocol.security import ServerKeys
         curve = ServerKeys.load(c.server_key, c.allowed_keys)
         curve.start_authenticator(self.ctx)
         return curve
