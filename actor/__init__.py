@@ -1,3 +1,5 @@
+import signal
+
 EXIT_REFUSED = 3
 """An actor's exit code when the learner refused it: distinct from 1 (learner gone), so a supervisor
 knows a restart would be refused again. Here, not in runner, so launch.py needs no env imports for it."""
@@ -7,7 +9,7 @@ def name_process(title: str) -> None:
     """Show this process as `ppo-cluster TITLE` in ps and top (instead of `python -c from multiprocessing.spawn
     ...`), like Sample Factory's and Ray's named workers. Needs setproctitle; without it, nothing happens."""
     try:
-        from setproctitle import setproctitle
+        from setproctitle import setproctitle  # optional: not a dependency
     except ImportError:
         return
     setproctitle(f"ppo-cluster {title}")
@@ -16,8 +18,6 @@ def name_process(title: str) -> None:
 def leave_on_sigterm() -> None:
     """SIGTERM (a supervisor, a job's time limit, `kill`) stops an actor like Ctrl-C does: it says goodbye
     to the learner, which then logs a departure instead of a peer lost ('unreachable'), and exits 0."""
-    import signal
-
     def interrupt(*_):
         raise KeyboardInterrupt("SIGTERM")
 

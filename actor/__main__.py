@@ -46,13 +46,13 @@ def parse_args(argv=None):
     if args.server_key or args.key:
         if not (args.server_key and args.key):
             p.error("CURVE needs both --server-key and --key")
-        from protocol.security import ClientKeys
+        from protocol.security import ClientKeys  # here: imports under main's Ctrl-C guard (see main)
         try:
             curve = ClientKeys.load(args.key, args.server_key)
         except (OSError, ValueError) as exc:
             p.error(f"cannot read keys: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
-    from actor.runner import ActorOptions
+    from actor.runner import ActorOptions  # here: numpy, zmq, gymnasium under main's Ctrl-C guard
     return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=name,
                         reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s,
                         learner_timeout_s=args.learner_timeout_s, curve=curve)
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         leave_on_sigterm()
         opts = parse_args(argv)
         name_process(f"actor {opts.name}")
-        from actor.runner import run
+        from actor.runner import run  # (see ActorOptions above)
         return run(opts)  # Ctrl-C once joined: run() says goodbye to the learner and returns 0
     except KeyboardInterrupt:
         return 0

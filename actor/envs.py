@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from actor.wrappers import (AgentStepLength, ClipReward, EpisodeStats, EpisodicLife, FireReset,
+from actor.wrappers import (AgentStepLength, ClipReward, RecordEpisode, EpisodicLife, FireReset,
                             FrameStack, MaxAndSkip, NoopReset, SeedOnFirstReset, WarpFrame, needs_fire)
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
@@ -23,16 +23,16 @@ def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -
     Atari ids (`settings.is_atari`) get the recipe, innermost first: ALE with frameskip=1, grayscale
     frames and `repeat_action_probability=settings.sticky_actions`; NoopReset (noop_max > 0);
     MaxAndSkip (frame_skip > 1); TimeLimit in agent steps (max_episode_steps > 0, which then replaces
-    ALE's own frame limit; 0 keeps ALE's registered limit, 108,000 frames for v5 ids); EpisodeStats;
+    ALE's own frame limit; 0 keeps ALE's registered limit, 108,000 frames for v5 ids); RecordEpisode;
     EpisodicLife; FireReset (if enabled and the game uses FIRE); WarpFrame; ClipReward; FrameStack
     (frame_stack > 1); AgentStepLength (so `l` counts the caller's steps only). Sticky actions 0.25
     with episodic_life=False is the Machado et al. protocol.
 
     TimeLimit sits below EpisodicLife so that a truncation ends the game for real (the next reset
-    starts a new game, EpisodeStats reports it); it therefore also counts the few automatic FIRE /
+    starts a new game, RecordEpisode reports it); it therefore also counts the few automatic FIRE /
     no-op steps taken on resets, so a game is cut a handful of agent steps early.
 
-    Any other id is made as registered, with EpisodeStats on top. Its registered time limit is kept
+    Any other id is made as registered, with RecordEpisode on top. Its registered time limit is kept
     unless `max_episode_steps` is > 0 and differs from the Atari default (27,000), which would
     otherwise cut e.g. CartPole at 27,000 instead of 500 just because the setting was left alone.
 
@@ -50,7 +50,7 @@ def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -
 
 
 def _make_atari(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
-    import ale_py
+    import ale_py  # here: only Atari ids need ALE
     # ALE's C++ logger prints a start-up banner to stderr at Info level, once per process: keep the
     # console and logs to one line per event (its warnings and errors still get through)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
@@ -67,7 +67,7 @@ def _make_atari(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
     if s.max_episode_steps > 0:
         # Below EpisodicLife, so a truncation is a real game end: the next reset starts a new game.
         env = gym.wrappers.TimeLimit(env, s.max_episode_steps)
-    env = EpisodeStats(env)
+    env = RecordEpisode(env)
     if s.episodic_life:
         env = EpisodicLife(env)
     if s.fire_reset and needs_fire(env):
@@ -84,7 +84,7 @@ def _make_other(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
     kwargs = {}
     if s.max_episode_steps > 0 and s.max_episode_steps != ATARI_DEFAULT_MAX_STEPS:
         kwargs["max_episode_steps"] = s.max_episode_steps
-    return EpisodeStats(gym.make(s.env_id, render_mode=render_mode, **kwargs))
+    return RecordEpisode(gym.make(s.env_id, render_mode=render_mode, **kwargs))
 
 
 def describe_spaces(env: gym.Env) -> tuple[SpaceSpec, SpaceSpec]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -21,6 +20,7 @@ from actor.envs import describe_spaces, make_env
 from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
+from protocol.processes import parent_alive
 from protocol.settings import EnvSettings
 from protocol.transport import connect_dealer, recv_frames
 
@@ -159,10 +159,6 @@ def _signal_name(exc: KeyboardInterrupt) -> str:
     return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.leave_on_sigterm
 
 
-def _parent_alive(pid: int) -> bool:
-    return pid <= 0 or os.getppid() == pid
-
-
 def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None) -> str:
     """One connection to a learner (opts.learner, or the rank it redirected us to), from handshake to
     goodbye. Returns the goodbye reason. `envs` outlives the session."""
@@ -222,7 +218,7 @@ def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
         worker.join(HEARTBEAT_S)
         if not worker.is_alive():
             break
-        if not _parent_alive(opts.parent_pid):
+        if not parent_alive(opts.parent_pid):
             raise LearnerGone("launcher gone while building the envs")
         if early is None and (frames := recv_frames(sock, 0)) is not None:
             early = m.decode(frames)  # answered once the envs are built; no more heartbeats to a learner that spoke
@@ -265,7 +261,7 @@ def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expec
     last_heard = time.monotonic()
     while True:
         events = dict(poller.poll(1000))
-        if not _parent_alive(opts.parent_pid):
+        if not parent_alive(opts.parent_pid):
             return "launcher gone"
         if sock not in events:  # messages first: a goodbye and the disconnect can arrive together
             if monitor in events:
@@ -288,7 +284,7 @@ def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expec
 def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
     deadline = time.monotonic() + opts.welcome_timeout_s
     while time.monotonic() < deadline:
-        if not _parent_alive(opts.parent_pid):
+        if not parent_alive(opts.parent_pid):
             raise LearnerGone("launcher gone before the learner answered")
         frames = recv_frames(sock, 500)
         if frames is None:
@@ -311,7 +307,7 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
 
 def _ask_again_later(opts: ActorOptions, exc: Busy, busy_since: float, backoff: float) -> bool:
     """The learner is full: wait `backoff` and say so (True), or give up past BUSY_GIVE_UP_S (False)."""
-    if time.monotonic() - busy_since > BUSY_GIVE_UP_S or not _parent_alive(opts.parent_pid):
+    if time.monotonic() - busy_since > BUSY_GIVE_UP_S or not parent_alive(opts.parent_pid):
         log.error("actor %s: the learner stayed full for %gs (%s); exiting", opts.name, BUSY_GIVE_UP_S, exc)
         return False
     log.warning("actor %s: the learner is full (%s); asking again in %.1fs", opts.name, exc, backoff)
@@ -367,7 +363,7 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                               "RUN_DIR/endpoints.json); exiting", opts.name, exc)
                     return 1
                 gone_since = gone_since or time.monotonic()
-                if time.monotonic() - gone_since > opts.reconnect_s or not _parent_alive(opts.parent_pid):
+                if time.monotonic() - gone_since > opts.reconnect_s or not parent_alive(opts.parent_pid):
                     log.error("actor %s: %s; exiting", opts.name, exc)
                     return 1
                 log.warning("actor %s: %s; reconnecting in %.1fs", opts.name, exc, backoff)

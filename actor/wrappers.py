@@ -2,10 +2,10 @@
 
 `actor.envs.make_env` stacks them, innermost first:
 
-    ALE (frameskip=1, grayscale) -> NoopReset -> MaxAndSkip -> TimeLimit -> EpisodeStats
+    ALE (frameskip=1, grayscale) -> NoopReset -> MaxAndSkip -> TimeLimit -> RecordEpisode
         -> EpisodicLife -> FireReset -> WarpFrame -> ClipReward -> FrameStack -> AgentStepLength
 
-EpisodeStats sits above MaxAndSkip/TimeLimit (so it counts agent steps and sees a time-limit
+RecordEpisode sits above MaxAndSkip/TimeLimit (so it counts agent steps and sees a time-limit
 truncation as the end of the game) but below EpisodicLife and ClipReward (so its return is the raw
 score of the whole game, over all lives). No module here imports torch.
 """
@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 
-class EpisodeStats(gym.Wrapper):
+class RecordEpisode(gym.Wrapper):
     """Report `info["episode"] = {"r": raw return, "l": length}` on the step where the game ends.
 
     "Ends" means terminated or truncated at this level: a real game over or the time limit, never a
@@ -180,7 +180,7 @@ class WarpFrame(gym.ObservationWrapper):
 class ClipReward(gym.RewardWrapper):
     """Train on sign(reward), so one set of hyperparameters fits every game's score scale.
 
-    Logged returns stay raw: EpisodeStats, below this wrapper, sums the unclipped rewards."""
+    Logged returns stay raw: RecordEpisode, below this wrapper, sums the unclipped rewards."""
 
     def reward(self, reward):
         return float(np.sign(reward))
@@ -221,7 +221,7 @@ class FrameStack(gym.Wrapper):
 class AgentStepLength(gym.Wrapper):
     """Outermost: make `info["episode"]["l"]` the exact number of agent (outer) steps in the game.
 
-    EpisodeStats, deeper down, also counts the automatic FIRE / no-op steps taken inside reset();
+    RecordEpisode, deeper down, also counts the automatic FIRE / no-op steps taken inside reset();
     here only the caller's steps count. The count restarts at each game end and at each real reset
     (`info["real_reset"]`, absent = real), so it spans all the lives of one game."""
 

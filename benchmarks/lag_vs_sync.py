@@ -75,7 +75,7 @@ def main() -> int:
     curves = {name: binned_returns(tmp / f"r0-lag{lag}", args.bin) for name, lag in VARIANTS.items()}
     ratio = statistics.median(s / l for s, l in zip(walls["synchronous"], walls["policy_lag=1"]))
     print(f"\nwall time, median of {args.rounds} round(s): synchronous {statistics.median(walls['synchronous']):.0f} s, "
-          f"policy_lag=1 {statistics.median(walls['policy_lag=1']):.0f} s; synchronous / lagged {ratio:.2f}\n")
+          f"policy_lag=1 {statistics.median(walls['policy_lag=1']):.0f} s; synchronous / policy_lag=1 {ratio:.2f}\n")
     print(table(curves, args.bin))
     out = Path(args.out) if args.out else REPO / "docs" / "results" / f"lag-vs-sync-{socket.gethostname()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ for _path in (REPO, HERE):
         sys.path.insert(0, str(_path))
 
 from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
+from protocol.processes import parent_alive  # noqa: E402
 
 RECORDED_REPORTS = 8  # distinct step reports each synthetic group cycles through
 _RUN_IDS = itertools.count()
@@ -102,7 +103,7 @@ def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent:
     turn = [0] * groups
     while True:
         if not sock.poll(1000):
-            if os.getppid() != parent:
+            if not parent_alive(parent):
                 return
             continue
         msg = m.decode(sock.recv_multipart(copy=False))
@@ -125,7 +126,7 @@ def _join(ctx, address: str, num_envs: int, groups: int, name: str, parent: int,
         answer = None
         while answer is None:
             frames = recv_frames(sock, 1000)
-            if os.getppid() != parent:
+            if not parent_alive(parent):
                 return None, None
             if frames is not None:
                 answer = m.decode(frames)

@@ -74,10 +74,10 @@ MUTATIONS = [
 # unit suite plus the named integration test).
 EXTRA_MUTATIONS = [
     Mutation("lag-single-buffer", "policy lag: the next rollout is collected into the buffer being trained on",
-             "learner/collection/collector.py", "reuse = self._older if self.double_buffer else self.buffer",
+             "learner/collection/collector.py", "reuse = self._older if self.policy_lag else self.buffer",
              "reuse = self.buffer", (LAG_TEST,)),
     Mutation("lag-no-copy", "policy lag: actors are served by the model being trained", "learner/main.py",
-             "Inference(copy.deepcopy(model) if self.lagged else model,", "Inference(model,", (LAG_TEST,)),
+             "Inference(copy.deepcopy(model) if self.has_policy_lag else model,", "Inference(model,", (LAG_TEST,)),
     Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/collection/inference.py",
              "self.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
     Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/checkpointing.py",

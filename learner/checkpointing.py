@@ -11,7 +11,7 @@ import torch
 from learner.config import Config
 from learner.model.networks import ActorCritic
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import drop_rows_after
 from learner.startup import StartupError, starting
 from learner.update.ppo import PPOUpdater
@@ -31,7 +31,7 @@ class Learned:
     obs_norm: ObsNormalizer | None
     reward_scaler: RewardScaler | None
     value_norm: ValueNormalizer | None
-    episodes: EpisodeStats  # the job's last-100 window and count
+    episodes: RecentEpisodes  # the job's last-100 window and count
 
 
 class Checkpointing:

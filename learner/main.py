@@ -22,10 +22,11 @@ import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.rundir import RunDirHeld, RunLock
+from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
 from learner.checkpointing import Checkpointing, Learned
-from learner.collection.build import Door, RankContext, Serving, Spaces, env_seed, lagged
+from learner.collection.build import Door, RankContext, Serving, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
 from learner.collection.inference import Inference
@@ -42,12 +43,15 @@ from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import log_name, setup_logging
 from learner.report.reporter import Gathered, Job, Reporter, Since
 from learner.startup import StartupError, starting
+from actor.envs import describe_spaces, make_env
+from protocol.security import ServerKeys
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
+from protocol.processes import parent_alive
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
@@ -79,7 +83,6 @@ def join_ranks(cfg: Config, device: torch.device) -> Ranks:
 
 def probe_spaces(settings: EnvSettings, seed: int):
     """Build one env locally to learn its spaces."""
-    from actor.envs import describe_spaces, make_env
     env = make_env(settings, seed)
     try:
         return describe_spaces(env)
@@ -144,14 +147,14 @@ class ParentWatch:
     """No orphaned learner: once the process that started it (launch.py) is gone, killed with -9 or by the
     OOM killer, the learner stops as on SIGTERM (final checkpoint, goodbyes, ports and device freed), and
     exits hard if that takes longer than grace_s (it may be deep in an update or a collective). A thread
-    polling the parent pid, not PR_SET_PDEATHSIG: that fires when the parent *thread* that started us ends."""
+    polling the parent pid (protocol.processes.parent_alive)."""
 
     def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5):
         self.parent_pid, self.stop, self.grace_s, self.every_s = parent_pid, stop, grace_s, every_s
         threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
 
     def _watch(self) -> None:
-        while os.getppid() == self.parent_pid:
+        while parent_alive(self.parent_pid):
             time.sleep(self.every_s)
         log.error("the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
         self.stop.request()
@@ -226,19 +229,19 @@ class Learner:
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
         self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
-        self.episodes = EpisodeStats()  # the job's: every rank's finished episodes, pooled
+        self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
         self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(
             model, self.updater, self.obs_norm, self.reward_scaler, self.value_norm, self.episodes), self.state)
         if resume and ranks.main:
             self.checkpoints.resume(device)
         self.checkpoints.sync_from_rank0()
-        self.lagged = lagged(cfg)
+        self.has_policy_lag = has_policy_lag(cfg)
         # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
         # bootstrap values of their rollouts only
-        self.policy = Inference(copy.deepcopy(model) if self.lagged else model, action_space, device, self.obs_norm,
-                                seed=r.seed + self.state["update"] + 1_000_003 * ranks.rank,
+        self.policy = Inference(copy.deepcopy(model) if self.has_policy_lag else model, action_space, device, self.obs_norm,
+                                seed=learner_policy_seed(r.seed, self.state["update"], ranks.rank),
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
@@ -246,16 +249,16 @@ class Learner:
         self.admission = admission_of(cfg, obs_space)
         self._open_sockets()
         generator = torch.Generator(device=device)
-        generator.manual_seed(r.seed + 1 + self.state["update"] + 1_000_003 * ranks.rank)
+        generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))
         self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
         self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
-                                  r.policy_lag if self.lagged else 0) if ranks.main else None)  # rank 0 writes them
+                                  r.policy_lag if self.has_policy_lag else 0) if ranks.main else None)  # rank 0 writes them
         self.min_envs = min_envs_of_rank(cfg.cluster.min_envs, cfg.num_envs, cfg.cluster.actors,
                                          cfg.cluster.envs_per_actor, cfg.cluster.learners, ranks.rank)
         self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.runner = UpdateRunner(self.updater, generator, update_threads, background=self.lagged)
+        self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag)
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
 
@@ -276,7 +279,6 @@ class Learner:
         self.ctx = zmq.Context()
         self.curve = None
         if cfg.cluster.server_key:
-            from protocol.security import ServerKeys
             with starting("cannot load the CURVE keys"):
                 self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
                 self.curve.start_authenticator(self.ctx)
@@ -307,13 +309,14 @@ class Learner:
                                cfg.normalize.obs)
         run = RankContext(cfg, str(self.run_dir), self.ranks.rank, run_id, self.state["update"], os.getpid(),
                           str(self.device))
-        door = Door(self.ctx, address, self.curve, env_seed(cfg.run.seed, self.ranks.rank), self.admission)
+        door = Door(self.ctx, address, self.curve, collector_env_base(cfg.run.seed, self.ranks.rank),
+                    self.admission)
         return open_collection(k, run, self.spaces, self.layout, door, Serving(self.policy, self.watchdog, self.link),
                                self._rank_targets(), [self.model, self.value_norm])
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
-        in_flight = None  # policy lag: the update that runs while the next rollout is collected
+        lagging = None  # policy lag: the update that runs while the next rollout is collected
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
@@ -323,9 +326,9 @@ class Learner:
             t1 = time.monotonic()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler)
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
-            if in_flight is not None:  # done before the next rollout may reuse the buffer it reads
-                self._finish(in_flight)
-                in_flight = None
+            if lagging is not None:  # done before the next rollout may reuse the buffer it reads
+                self._finish(lagging)
+                lagging = None
             if n_valid == 0:
                 self._note_idle()
                 continue
@@ -333,14 +336,14 @@ class Learner:
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / r.total_steps,
                       batch, n_valid, t0, t1)
             state["update"], state["env_steps"] = job.update, job.env_steps
-            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or in the background
+            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread
             self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
-            if self.lagged:
-                in_flight = job
+            if self.has_policy_lag:
+                lagging = job
             else:
                 self._finish(job)
-        if in_flight is not None:
-            self._finish(in_flight)
+        if lagging is not None:
+            self._finish(lagging)
         # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
         if state["update"] > 0 and (self.checkpoints.last_saved != state["update"]
                                     or not checkpoint.latest(self.run_dir)):
@@ -376,13 +379,13 @@ class Learner:
         Timing is wall clock: elapsed_s is the time since this process started training (plus a resumed
         run's), sps the job's new env steps over the time since the last update finished (with policy lag
         the next rollout was collected meanwhile), collect_s the rollout's collection, update_s the update's
-        own run (in the background with policy lag)."""
+        own run (in a thread with policy lag)."""
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
-        if self.lagged:
+        if self.has_policy_lag:
             self.policy.follow(self.model)
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])

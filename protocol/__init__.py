@@ -1,4 +1,6 @@
 """The wire format shared by actors and the learner: msgpack headers plus raw numpy frames.
+Beside it, the few small jobs both sides do alike: whole-file writes (files.py), watching the parent
+process (processes.py).
 
 Imports neither torch nor gymnasium: an actor in central-inference mode depends on this package only.
 """

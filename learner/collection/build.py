@@ -52,7 +52,7 @@ class Door:
     ctx: zmq.Context
     address: str                 # where to bind (port 0: any free one)
     curve: object | None         # protocol.security.ServerKeys, or None
-    env_seed: int                # its actors' env seeds' base
+    env_seed: int                # its actors' env seeds' base (learner/seeds.py: collector_env_base)
     admission: Admission | None  # what its peers may claim
     redirect_for: Callable[[ActorRegistry], Callable[[int], str | None] | None] = lambda registry: None
     wake: int | None = None      # a file descriptor whose input ends the gateway's idle wait
@@ -75,12 +75,7 @@ class Parts:
     redirect: Callable[[int], str | None] | None  # what door.redirect_for made
 
 
-def env_seed(seed: int, rank: int, index: int = 0) -> int:
-    """The base of collector `index`'s env seeds on learner rank `rank`: distinct for each."""
-    return seed + 100_003 * rank + 10_000_019 * index
-
-
-def lagged(cfg: Config) -> bool:
+def has_policy_lag(cfg: Config) -> bool:
     """Policy lag: the actors are served by the previous weights while the update runs."""
     return cfg.run.policy_lag > 0 and not cfg.run.collect_only
 
@@ -92,8 +87,8 @@ def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_p
     return CollectorSettings(
         cfg.ppo.num_steps, device, c.actor_timeout_s, lockstep=r.deterministic, frame_stack=frame_stack,
         startup_timeout_s=c.startup_timeout_s if in_process else 0.0,
-        double_buffer=lagged(cfg) and in_process,
-        flow_through=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
+        policy_lag=has_policy_lag(cfg) and in_process,
+        collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
 
 def assemble(run: RankContext, spaces: Spaces, layout: Layout, door: Door, serving: Serving,

@@ -4,7 +4,7 @@ Each actor group is served as soon as its report arrives (batched with whatever 
 slow actor delays only itself. In deterministic mode the collector waits for every group and infers
 them in slot order, so the result does not depend on process scheduling.
 
-With `flow_through` (collect-only runs, where the weights never change between rollouts) a group that
+With `collect_only` (collect-only runs, where the weights never change between rollouts) a group that
 has done its T steps goes straight on into the next rollout instead of idling until the slowest group
 catches up.
 """
@@ -20,7 +20,7 @@ import torch
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.holders import group_of, unfinished
 from learner.collection.observations import Observations, episodes_of
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Gateway
 from learner.collection.inference import Inference
 from learner.rollout.buffer import RolloutBuffer
@@ -49,16 +49,16 @@ class Waiting:
 class CollectorSettings:
     """How a collector runs its rollouts (made from the config in learner/collection/build.py).
     `lockstep` (deterministic runs): see the module doc; `startup_timeout_s`: 0, the first rollout waits for its
-    actors for ever; `double_buffer` (policy lag): the previous rollout is still being trained on while this
-    one fills; `flow_through` (collect-only): see the module doc."""
+    actors for ever; `policy_lag`: the previous rollout is still being trained on while this
+    one fills; `collect_only`: see the module doc."""
     num_steps: int
     device: torch.device
     actor_timeout_s: float
     lockstep: bool = False
     frame_stack: int = 1
     startup_timeout_s: float = 0.0
-    double_buffer: bool = False
-    flow_through: bool = False
+    policy_lag: bool = False
+    collect_only: bool = False
 
 
 class Collector:
@@ -80,8 +80,8 @@ class Collector:
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
         self.buffer: RolloutBuffer | None = None
-        self.next: RolloutBuffer | None = None  # flow_through: the rollout early groups went on into
-        self.double_buffer, self.flow_through = s.double_buffer, s.flow_through
+        self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
+        self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
         self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect)
         self._older: RolloutBuffer | None = None
@@ -89,7 +89,7 @@ class Collector:
         self.heard = 0.0  # when the last message from an actor arrived
         self.listened = None  # when the last poll ended (the gap to the next is the learner's, see _pump)
         self.watchdog = watchdog
-        self.episodes = EpisodeStats()
+        self.episodes = RecentEpisodes()
 
     def parked_slots(self) -> int:
         return sum(len(w.slots) for w in self.parked.values())
@@ -97,7 +97,7 @@ class Collector:
     def pump(self, timeout_ms: int) -> int:
         """Between rollouts (a collector process waiting for its next one): admit joiners and their first
         reports, hear goodbyes, check liveness. Returns the env slots ready for the next rollout (with
-        flow_through, those already in it too)."""
+        collect_only, those already in it too)."""
         self._pump(timeout_ms)
         return self.parked_slots() + (self.next.N if self.next is not None else 0)
 
@@ -167,7 +167,7 @@ class Collector:
     def _start_rollout(self) -> None:
         groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
         slots = [s for w in groups for s in w.slots]
-        reuse = self._older if self.double_buffer else self.buffer
+        reuse = self._older if self.policy_lag else self.buffer
         self._older = self.buffer
         self.buffer = self._rollout(slots, reuse)
         for w in groups:
@@ -249,8 +249,8 @@ class Collector:
             self.waiting[key] = item
 
     def _following(self, buf: RolloutBuffer, slots: list[int]) -> RolloutBuffer | None:
-        """The rollout a group that finished `buf` goes on into at once (flow_through), or None: it is parked."""
-        if not (self.flow_through and buf is self.buffer):
+        """The rollout a group that finished `buf` goes on into at once (collect_only), or None: it is parked."""
+        if not (self.collect_only and buf is self.buffer):
             return None
         if self.next is None:
             self._start_next()

@@ -21,9 +21,10 @@ from learner.collection.collection import Collection
 from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
 from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
 from learner.collection.shard import Shard, SharedRows, merge_shards
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.link import DeviceLink
+from learner.gateway.gateway import join_command
 from learner.gateway.placement import advertised_address
 from learner.weights.shared import SharedWeights
 
@@ -75,7 +76,7 @@ class CollectorPool(Collection):
         self.addresses = [advertised_address(e, advertise_host) for e in self.endpoints]
         self._send(0, Know(self.addresses, None))
         self.rollouts = 0
-        self.episodes = EpisodeStats()
+        self.episodes = RecentEpisodes()
         self.latest: dict[int, Shard] = {}
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
@@ -127,7 +128,6 @@ class CollectorPool(Collection):
         return [{"address": e, "pid": p.pid} for e, p in zip(self.endpoints, self.procs)]
 
     def join_command(self, num_envs: int) -> str:
-        from learner.gateway.gateway import join_command
         return join_command(self.endpoint, num_envs, bool(self.specs[0].run.cfg.cluster.server_key))
 
     def know_ranks(self, rank_addresses: list[str]) -> None:

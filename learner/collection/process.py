@@ -9,7 +9,6 @@ slots it has ready and live.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 import traceback
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 import zmq
 
-from learner.collection.build import Door, RankContext, Serving, Spaces, assemble, env_seed
+from learner.collection.build import Door, RankContext, Serving, Spaces, assemble
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.registry import ActorRegistry
 from learner.collection.inference import Inference
@@ -31,6 +30,9 @@ from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
 from learner.report.metrics import exit_process, log_name, setup_logging
 from learner.rollout.layout import Layout
+from learner.seeds import collector_env_base, collector_policy_seed
+from protocol.processes import parent_alive
+from protocol.security import ServerKeys
 
 log = logging.getLogger("learner")
 READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
@@ -71,10 +73,6 @@ class CollectorSpec:
         """Write into the training process's rollout (not in collect-only runs: nobody trains on it, so each
         collector keeps its rows and flows through rollouts)."""
         return not self.run.cfg.run.collect_only
-
-
-def policy_seed(seed: int, generation: int, rank: int, index: int) -> int:
-    return seed + generation + 1_000_003 * rank + 7_919 * (index + 1)
 
 
 class BeatingWatchdog(Watchdog):
@@ -171,13 +169,13 @@ class CollectorProcess:
         self.curve = self._curve()
         self.rows: dict[int, dict] = {}  # the training process's shared rollout arrays, by id (the last two)
         policy = Inference(self.model, spec.spaces.action_space, device, None,
-                           seed=policy_seed(cfg.run.seed, run.generation, run.rank, role.index),
+                           seed=collector_policy_seed(cfg.run.seed, run.generation, run.rank, role.index),
                            random_actions=cfg.run.random_policy, value_norm=self.value_norm)
         self.watchdog = BeatingWatchdog(Path(run.run_dir) / log_name(run.rank),
                                         max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s), board, role.index)
         self.balancer = self.rank_balancer = None
-        door = Door(self.ctx, role.address, self.curve, env_seed(cfg.run.seed, run.rank, role.index), role.admission,
-                    redirect_for=self._redirect_for,
+        door = Door(self.ctx, role.address, self.curve, collector_env_base(cfg.run.seed, run.rank, role.index),
+                    role.admission, redirect_for=self._redirect_for,
                     wake=conn.fileno())  # a command ends the idle pump's wait at once
         serving = Serving(policy, self.watchdog, policy.link, self._rows_for if spec.shared_rows else None)
         parts = assemble(run, spec.spaces, spec.layout, door, serving, in_process=False)
@@ -196,7 +194,6 @@ class CollectorProcess:
         c = self.spec.run.cfg.cluster
         if not c.server_key:
             return None
-        from protocol.security import ServerKeys
         curve = ServerKeys.load(c.server_key, c.allowed_keys)
         curve.start_authenticator(self.ctx)
         return curve
@@ -208,7 +205,7 @@ class CollectorProcess:
         return RankBalancer(lambda: int(self.board[:, SLOTS].sum()), targets, loads)
 
     def should_stop(self) -> bool:
-        if os.getppid() != self.spec.run.parent_pid:  # the training process is gone (kill -9 included)
+        if not parent_alive(self.spec.run.parent_pid):  # the training process is gone (kill -9 included)
             log.error("the training process (pid %d) is gone: collector %d stops", self.spec.run.parent_pid,
                       self.spec.index)
             self.halt[0] = 1

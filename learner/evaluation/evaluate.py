@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from actor.envs import describe_spaces, make_env
 from learner.weights import checkpoint
 from learner.config import Config, ConfigError, from_dict
 from learner.model.networks import ActorCritic, build_model
@@ -66,7 +67,6 @@ def build_policy(cfg: Config, obs_space, action_space, device: str | torch.devic
 
 def load_policy(path: str | Path, device: str | torch.device = "cpu") -> LoadedPolicy:
     """The model (and observation normalizer) of a checkpoint, with the run config it was trained with."""
-    from actor.envs import describe_spaces, make_env
     path = resolve_checkpoint(path)
     saved = checkpoint.load_checkpoint(path, device)
     cfg = from_dict(saved["config"])
@@ -122,7 +122,7 @@ class VideoWriter:
     size (no macro-block resize); an odd width or height is padded by one black pixel (yuv420p needs even)."""
 
     def __init__(self, path: str | Path, fps: float):
-        import imageio.v2 as imageio
+        import imageio.v2 as imageio  # here: optional (videos only) and slow to import
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.stem}.tmp{os.getpid()}.mp4")
@@ -206,7 +206,6 @@ def evaluate(policy: LoadedPolicy, episodes: int, *, greedy: bool = False, stick
              max_steps: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
              video_path: str | Path | None = None, video_episodes: int | None = None) -> tuple[list[Episode], dict]:
     """Make the evaluation env, play, and return (episodes, video info {"path", "frames", "shape"} or {})."""
-    from actor.envs import make_env
     settings = eval_settings(policy.cfg.env, sticky_actions, max_steps)
     if video_path:
         headless_rendering()

@@ -16,6 +16,7 @@ It can also follow a run started without it:  python -m learner.evaluation.worke
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -24,11 +25,23 @@ import sys
 import time
 from pathlib import Path
 
-from learner.config import Config
+import torch
+import zmq
+
+from actor.envs import describe_spaces, make_env
+from learner.config import Config, ConfigError, apply_overrides, load
+from learner.evaluation.evaluate import (VideoWriter, build_policy, eval_settings, headless_rendering,
+                                         play_episodes, summarize, video_fps)
+from learner.seeds import eval_env_seed
+from learner.weights.message import load_broadcast
+from protocol import messages as m
+from protocol.errors import ProtocolError
+from protocol.processes import parent_alive
+from protocol.security import ClientKeys
+from protocol.transport import connect_sub, recv_frames
 
 log = logging.getLogger("eval")
 POLL_MS = 500
-EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never replay a training slot's seed
 
 
 def alive(pid: int) -> bool:
@@ -60,12 +73,10 @@ class Evaluator:
     """Model, env and video settings for repeated evaluations of broadcast weights."""
 
     def __init__(self, cfg: Config, run_dir: Path):
-        from actor.envs import describe_spaces, make_env
-        from learner.evaluation.evaluate import build_policy, eval_settings, headless_rendering
         self.cfg, self.run_dir = cfg, run_dir
         ev = cfg.eval
         self.settings = eval_settings(cfg.env, ev.sticky_actions if ev.sticky_actions >= 0 else None)
-        self.seed = cfg.run.seed + EVAL_SEED_OFFSET
+        self.seed = eval_env_seed(cfg.run.seed)
         if ev.video_every > 0:
             headless_rendering()
         self.env = make_env(self.settings, self.seed, render_mode="rgb_array" if ev.video_every > 0 else None)
@@ -79,7 +90,6 @@ class Evaluator:
         video = self.videos and _due(version, ev.video_every, self.last_video)
         if not (_due(version, ev.every, self.last_eval) or video):
             return None
-        from learner.weights.message import load_broadcast
         load_broadcast(self.model, self.obs_norm, tensors)
         try:
             result = self.evaluate(version, video)
@@ -95,7 +105,6 @@ class Evaluator:
         return result
 
     def evaluate(self, version: int, video: bool) -> dict:
-        from learner.evaluation.evaluate import VideoWriter, play_episodes, summarize, video_fps
         ev, t0 = self.cfg.eval, time.monotonic()
         writer = None
         if video:
@@ -128,13 +137,6 @@ class Evaluator:
 
 
 def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
-    import torch
-    import zmq
-
-    from protocol import messages as m
-    from protocol.errors import ProtocolError
-    from protocol.transport import connect_sub, recv_frames
-
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unwind: a half-written video is removed
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
@@ -147,7 +149,6 @@ def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
         if not cfg.cluster.client_key:
             log.error("the learner uses CURVE (cluster.server_key) but cluster.client_key is not set: no evaluation")
             return 1
-        from protocol.security import ClientKeys
         curve = ClientKeys.load(cfg.cluster.client_key, cfg.cluster.server_key)
     evaluator = Evaluator(cfg, run_dir)
     ctx = zmq.Context()
@@ -155,7 +156,7 @@ def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
     log.info("evaluating every %d updates (%d episodes) from %s", cfg.eval.every, cfg.eval.episodes,
              endpoints["weights_address"])
     try:
-        while alive(learner_pid) and (not parent_pid or os.getppid() == parent_pid):
+        while alive(learner_pid) and parent_alive(parent_pid):
             frames = recv_frames(sock, POLL_MS)
             if frames is None:
                 continue
@@ -180,9 +181,6 @@ def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    from learner.config import ConfigError, apply_overrides, load
     p = argparse.ArgumentParser(prog="python -m learner.evaluation.worker", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a running training's directory")

@@ -13,7 +13,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import zmq
 
 from protocol import compression
@@ -24,22 +23,13 @@ from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
 from learner.gateway.admission import AdmissionRefused
 from learner.gateway.registry import BAN_S, ActorEntry, ActorRegistry
+from learner.seeds import slot_env_seed
 
 log = logging.getLogger("learner")
 
 MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
 MAX_REMEMBERED_RETIREMENTS = 1024  # retired identities whose reason is kept, to tell them why
 _NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
-
-
-def env_seed(run_seed: int, slot: int, generation: int, reuse: int = 0) -> int:
-    """Each slot's env seed: distinct per slot, fresh after a resume (generation = start update), and
-    fresh each time a freed slot is handed to another actor (reuse), so a restarted actor does not
-    replay the random streams of the one it replaces."""
-    if reuse == 0:  # a slot's first use keeps the seeds runs have always had
-        return (run_seed * 1_000_003 + slot * 7919 + generation * 104_729) % (2**31 - 1)
-    # hashed, not linear: a linear mix of slot, generation and reuse could repeat another slot's seed
-    return int(np.random.SeedSequence([run_seed, slot, generation, reuse]).generate_state(1)[0]) % (2**31 - 1)
 
 
 @dataclass
@@ -237,7 +227,7 @@ class Gateway:
             self._answer(identity, m.Error(problem))
             return None
         entry.owes = set(range(hs.groups))
-        seeds = [env_seed(self.run_seed, s, self.generation, n) for s, n in zip(entry.slots, entry.reuses)]
+        seeds = [slot_env_seed(self.run_seed, s, self.generation, n) for s, n in zip(entry.slots, entry.reuses)]
         self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
                                        self.obs_space, self.action_space, self.run_id, codec))
         frames = "raw frames" if codec == compression.NONE else f"{codec} frames"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class EpisodeStats:
+class RecentEpisodes:
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     lengths: deque = field(default_factory=lambda: deque(maxlen=100))
     count: int = 0

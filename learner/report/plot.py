@@ -22,6 +22,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 SPS_WINDOW = 10  # steps per second swing from update to update: never drawn rawer than this
 PANELS = (  # (metrics key, panel title); the two return panels come first
     ("sps", "env steps per second (smoothed)"),
@@ -121,7 +123,6 @@ def eval_points(records: list[dict]) -> tuple[list[float], list[float]]:
 
 def band(runs: list[Run], key: str, x: str, window: int):
     """(xs, mean, std) of `key` over the runs on the shortest run's x values; None when a run lacks it."""
-    import numpy as np
     curves = [series(r.records, key, x) for r in runs]
     if any(not xs for xs, _ in curves):
         return None
@@ -176,7 +177,7 @@ def _draw_band(axes: dict, name: str, runs: list[Run], color: str, window: int) 
 
 def draw(runs: list[Run], groups: dict[str, list[Run]] | None = None, window: int = 1):
     """The figure (matplotlib Figure, Agg) for these runs and groups; no file is read or written here."""
-    import matplotlib
+    import matplotlib  # here: optional (plots only) and slow to import
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -214,7 +215,7 @@ def plot_runs(run_dirs: list[Path], out: Path, groups: dict[str, list[Path]] | N
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (see draw)
     plt.close(fig)
     return out
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from learner.config import Config
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import MetricsWriter, append_line, close_quietly
 
 if TYPE_CHECKING:  # annotations only: report/ is the end of the data path
@@ -46,7 +46,7 @@ class Since:
 
 
 class Reporter:
-    def __init__(self, run_dir: Path, cfg: Config, episodes: EpisodeStats, updater: "PPOUpdater", world: int,
+    def __init__(self, run_dir: Path, cfg: Config, episodes: RecentEpisodes, updater: "PPOUpdater", world: int,
                  policy_lag: int):
         """`episodes`: the job's, pooled from every rank; `policy_lag`: the one in effect (0 without)."""
         self.cfg, self.episodes, self.updater, self.world, self.policy_lag = cfg, episodes, updater, world, policy_lag

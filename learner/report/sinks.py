@@ -9,6 +9,8 @@ import logging
 import math
 from pathlib import Path
 
+from learner.config import to_toml
+
 log = logging.getLogger("learner")
 
 
@@ -27,10 +29,9 @@ class TensorBoardSink:
     """RUN_DIR/tb: one scalar per numeric metric (step = env_steps) and the resolved config as text."""
 
     def __init__(self, run_dir: Path, cfg=None, flush_secs: int = 30):
-        from torch.utils.tensorboard import SummaryWriter  # ImportError without the tensorboard package
+        from torch.utils.tensorboard import SummaryWriter  # here: optional; ImportError without tensorboard
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), flush_secs=flush_secs)
         if cfg is not None:
-            from learner.config import to_toml
             # Markdown: four-space indentation keeps the TOML monospaced in TensorBoard's text tab.
             self.writer.add_text("config", "\n".join("    " + line for line in to_toml(cfg).splitlines()))
 
@@ -47,7 +48,7 @@ class WandbSink:
     """Weights & Biases run in RUN_DIR (wandb's own files go under RUN_DIR/wandb)."""
 
     def __init__(self, run_dir: Path, cfg):
-        import wandb  # ImportError when not installed
+        import wandb  # here: optional; ImportError when not installed
         self.run = wandb.init(project=cfg.log.wandb_project, config=cfg.to_dict(), dir=str(run_dir),
                               name=Path(run_dir).name)
 

@@ -1,6 +1,6 @@
 """Runs a PPO update in the foreground, or in a thread while the next rollout is collected.
 
-Background mode is Cleanba's one update of policy lag: torch releases the GIL in its kernels, so the
+With `policy_lag` (Cleanba's one update of policy lag) it runs in a thread: torch releases the GIL in its kernels, so the
 update overlaps the collector's message handling. Only the training model is touched here; actors are
 served by a separate copy that the learner refreshes between rollouts.
 """
@@ -22,9 +22,9 @@ DEADLINE_S = 600.0  # ... and past this (or 10x the slowest update so far, if lo
 
 
 class UpdateRunner:
-    def __init__(self, updater: PPOUpdater, generator: torch.Generator, threads: int, background: bool,
+    def __init__(self, updater: PPOUpdater, generator: torch.Generator, threads: int, policy_lag: bool,
                  say_after_s: float = SAY_AFTER_S, deadline_s: float = DEADLINE_S):
-        self.updater, self.generator, self.threads, self.background = updater, generator, threads, background
+        self.updater, self.generator, self.threads, self.policy_lag = updater, generator, threads, policy_lag
         self.say_after_s, self.deadline_s = say_after_s, deadline_s
         self.slowest = 0.0  # seconds, the longest update so far
         self.took_s = 0.0  # seconds, the last update's own run (read after result())
@@ -43,7 +43,7 @@ class UpdateRunner:
 
     def start(self, batch: dict | None, update: int) -> None:
         """batch None: nothing to learn (collect-only); result() then gives empty stats."""
-        if self.background:
+        if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
             self._thread = threading.Thread(target=self._run, args=(batch, update), name="ppo-update", daemon=True)
             self._thread.start()
@@ -66,7 +66,7 @@ class UpdateRunner:
         return max(self.deadline_s, 10 * self.slowest)
 
     def _join(self, thread: threading.Thread) -> None:
-        """Wait for the background update: a log line if it is slow, Stalled with its stack if it never ends."""
+        """Wait for the update's thread (policy lag): a log line if it is slow, Stalled with its stack if it never ends."""
         thread.join(self.say_after_s)
         if not thread.is_alive():
             return

@@ -133,7 +133,7 @@ def test_start_up_that_cannot_complete_ends_within_its_deadline_naming_the_colle
 
 
 def test_resume_and_policy_lag_with_two_collectors(tmp_path):
-    run_dir = tmp_path / "lagged"
+    run_dir = tmp_path / "policy_lag"
     first = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
                        "--total-steps", "2048", "--set", "ppo.num_steps=32", "--set", "run.policy_lag=1",
                        timeout=240)

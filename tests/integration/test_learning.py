@@ -58,13 +58,13 @@ def _train_until(run_dir: Path, config: str, budget: int, window: int, bar: floa
     return hit
 
 
-LAG = pytest.mark.parametrize("lag", [0, 1], ids=["sync", "lagged"])
+LAG = pytest.mark.parametrize("lag", [0, 1], ids=["sync", "policy_lag"])
 
 
 @LAG
 def test_cartpole_reaches_475_within_150k_steps(tmp_path, lag):
-    """lagged: Cleanba's one-step policy lag (the next rollout collected with the previous weights) learns too.
-    It runs deterministic (lock-step): once in CI a lagged run with free-running collection stopped making
+    """policy_lag: Cleanba's one-step policy lag (the next rollout collected with the previous weights) learns too.
+    It runs deterministic (lock-step): once in CI a policy-lag run with free-running collection stopped making
     updates after update 337 with no log line (a stall not reproduced since; see the closing note)."""
     deterministic = ("--deterministic",) if lag else ()
     hit = _train_until(tmp_path / "cartpole", "configs/cartpole.toml", 150_000, 20, 475, 240,
@@ -74,7 +74,7 @@ def test_cartpole_reaches_475_within_150k_steps(tmp_path, lag):
 
 
 def test_cartpole_with_rl_games_update_rules_reaches_475_within_150k_steps(tmp_path):
-    """The KL-adaptive learning rate and value normalization on (deterministic, like the lagged runs). The
+    """The KL-adaptive learning rate and value normalization on (deterministic, like the policy-lag runs). The
     final checkpoint carries both: the adaptive rate and the value statistics a resume continues from."""
     run_dir = tmp_path / "cartpole-rl-games-rules"
     hit = _train_until(run_dir, "configs/cartpole.toml", 150_000, 20, 475, 240, "--deterministic",

@@ -74,8 +74,8 @@ def test_learning_rate_reaches_zero_with_more_envs_than_the_config_names(tmp_pat
         assert row["learning_rate"] == pytest.approx(lr0 * (1 - prev["env_steps"] / total))
 
 
-def test_lagged_checkpoints_hold_their_update_and_a_resume_continues_at_the_next(tmp_path):
-    run_dir = tmp_path / "lagged"
+def test_policy_lag_checkpoints_hold_their_update_and_a_resume_continues_at_the_next(tmp_path):
+    run_dir = tmp_path / "policy_lag"
     args = (*SMOKE, "--run-dir", str(run_dir), "--set", "run.policy_lag=1", "--set", "run.checkpoint_every=1")
     first = run_launch(*args, "--total-steps", str(6 * 64), timeout=180)
     assert first.returncode == 0, first.stdout[-2000:]

@@ -246,7 +246,7 @@ def play(address: str, deadline: float, leave_at: int | None = None) -> list[np.
         ctx.term()
 
 
-def test_a_lagged_run_with_an_empty_rollout_trains_on_exactly_the_rollouts_collected(tmp_path):
+def test_a_policy_lag_run_with_an_empty_rollout_trains_on_exactly_the_rollouts_collected(tmp_path):
     """Update 2 runs (slowly: many tiny minibatches) while rollout 3 is collected; rollout 3's only actor
     leaves before its first outcome, so it holds no valid step; rollout 4, from a new actor, must not be
     written into the buffer update 2 is still reading (issue 20). batch_checksum is the sum of the
@@ -278,7 +278,7 @@ def test_a_lagged_run_with_an_empty_rollout_trains_on_exactly_the_rollouts_colle
     assert "actor player-32 left: said goodbye" in log_text
 
 
-def test_a_lagged_runs_elapsed_time_is_its_wall_time(tmp_path):
+def test_a_policy_lag_runs_elapsed_time_is_its_wall_time(tmp_path):
     """With policy lag an update's metrics line is written after the next rollout was collected: elapsed_s
     must still be wall clock (not collection counted twice), from the learner's start to its last line."""
     run_dir = tmp_path / "clock"

@@ -39,12 +39,12 @@ def test_the_training_loop_does_not_know_which_form_it_has():
 
 
 @pytest.mark.parametrize("run, in_process, want", [
-    ({}, True, dict(lockstep=False, double_buffer=False, flow_through=False, startup_timeout_s=7.0)),
-    ({}, False, dict(double_buffer=False, startup_timeout_s=0.0)),  # the pool's wait has the deadline
-    ({"policy_lag": 1}, True, dict(double_buffer=True)),
-    ({"policy_lag": 1}, False, dict(double_buffer=False)),  # its rows are the training process's
-    ({"policy_lag": 1, "collect_only": True}, True, dict(double_buffer=False, flow_through=True)),
-    ({"collect_only": True, "deterministic": True}, True, dict(lockstep=True, flow_through=False)),
+    ({}, True, dict(lockstep=False, policy_lag=False, collect_only=False, startup_timeout_s=7.0)),
+    ({}, False, dict(policy_lag=False, startup_timeout_s=0.0)),  # the pool's wait has the deadline
+    ({"policy_lag": 1}, True, dict(policy_lag=True)),
+    ({"policy_lag": 1}, False, dict(policy_lag=False)),  # its rows are the training process's
+    ({"policy_lag": 1, "collect_only": True}, True, dict(policy_lag=False, collect_only=True)),
+    ({"collect_only": True, "deterministic": True}, True, dict(lockstep=True, collect_only=False)),
 ])
 def test_collector_settings_come_from_the_config(run, in_process, want):
     cfg = from_dict({"run": run, "cluster": {"startup_timeout_s": 7.0}, "ppo": {"num_steps": 16}})

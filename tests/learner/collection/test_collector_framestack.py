@@ -122,7 +122,7 @@ def values_of(stack: np.ndarray) -> list[int]:
     return stack[:, 0, 0].tolist()
 
 
-@pytest.mark.parametrize("mode", ["parked", "flow_through", "double_buffer", "odd_first"])
+@pytest.mark.parametrize("mode", ["parked", "collect_only", "policy_lag", "odd_first"])
 def test_stacks_land_in_the_rollout_rows_exactly(mode):
     """odd_first: a first report claiming a truncation (a buggy actor) is a first report like any other:
     it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet)."""
@@ -132,7 +132,7 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
                       1 << 20, registry=registry)
     policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
     settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
-                                 double_buffer=mode == "double_buffer", flow_through=mode == "flow_through")
+                                 policy_lag=mode == "policy_lag", collect_only=mode == "collect_only")
     collector = Collector(gateway, registry, policy, Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long),
                           settings)
     deadline = time.monotonic() + 30
@@ -160,7 +160,7 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
             # (a group parked at the previous collect may not have stepped since it was let go: its newest stack
             # is still the parked copy; seen under load, 1 run in 4)
             going_on = [g for g in range(GROUPS) if (0, g) not in collector.parked and (0, g) not in parked_before]
-            going_on = going_on if mode == "flow_through" else []
+            going_on = going_on if mode == "collect_only" else []
             for g in going_on:
                 assert any(np.shares_memory(collector.observations.frames.newest((0, g)), rows_) for rows_ in rows)
             checked += len(going_on)
@@ -171,4 +171,4 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
         gateway.sock.close(linger=0)
         ctx.destroy(linger=0)
     assert actor.error is None, actor.error
-    assert checked > 0 or mode != "flow_through"
+    assert checked > 0 or mode != "collect_only"

@@ -8,7 +8,8 @@ import pytest
 import zmq
 
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
-from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Offer, env_seed
+from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Offer
+from learner.seeds import slot_env_seed
 from protocol import messages as m
 from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
@@ -130,7 +131,7 @@ def test_a_reused_slot_gets_fresh_seeds_reproducibly(wire):
     a = again.join(b"x", "a", 2, 1, None)
     again.leave(b"x")
     b = again.join(b"y", "a", 2, 1, None)
-    seeds = [[env_seed(1, s, 0, n) for s, n in zip(e.slots, e.reuses)] for e in (a, b)]
+    seeds = [[slot_env_seed(1, s, 0, n) for s, n in zip(e.slots, e.reuses)] for e in (a, b)]
     assert seeds == [first.seeds, second.seeds]
 
 

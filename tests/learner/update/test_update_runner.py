@@ -1,4 +1,4 @@
-"""The background update's join: a slow update gets a log line, a hung one ends the run with its stack."""
+"""The update thread's join (policy lag): a slow update gets a log line, a hung one ends the run with its stack."""
 from __future__ import annotations
 
 import logging
@@ -37,7 +37,7 @@ def test_a_slow_update_is_said_and_then_waited_for():
     handler = ReleaseOnWarning(updater.release)  # the update ends right after the runner says it is slow
     logging.getLogger("learner").addHandler(handler)
     try:
-        runner = UpdateRunner(updater, torch.Generator(), 1, background=True, say_after_s=0.05, deadline_s=30)
+        runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=0.05, deadline_s=30)
         runner.start({}, 0)
         assert runner.result() == {"loss": 1.5}
     finally:
@@ -47,7 +47,7 @@ def test_a_slow_update_is_said_and_then_waited_for():
 
 def test_a_hung_update_ends_loud_with_where_it_hangs():
     updater = BlockingUpdater()
-    runner = UpdateRunner(updater, torch.Generator(), 1, background=True, say_after_s=0.05, deadline_s=0.2)
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=0.05, deadline_s=0.2)
     runner.start({}, 0)
     try:
         with pytest.raises(Stalled, match=r"(?s)did not finish within 0.2s of the rollout.*in update\n.*release\.wait"):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from learner.weights import checkpoint
-from learner.report.episodes import EpisodeStats
+from learner.report.episodes import RecentEpisodes
 from protocol.files import WriteFailed
 from tests.fs_faults import full_disk, read_only
 
@@ -100,11 +100,11 @@ def test_load_newest_of_nothing_that_loads(tmp_path):
 
 
 def test_episode_stats_survive_a_checkpoint(tmp_path):
-    stats = EpisodeStats()
+    stats = RecentEpisodes()
     for i in range(130):
         stats.add(float(i), i + 1)
     checkpoint.save(tmp_path, 1, {"episodes": stats.state_dict()}, keep=1)
-    again = EpisodeStats()
+    again = RecentEpisodes()
     again.load_state_dict(checkpoint.load(checkpoint.latest(tmp_path))["episodes"])  # weights_only=True
     assert again.count == 130 and list(again.returns) == [float(i) for i in range(30, 130)]
     assert list(again.lengths) == list(range(31, 131)) and again.take_new() == []
@@ -160,7 +160,7 @@ class Exploit:
         return os.mkdir, (self.marker,)
 
 
-NOT_CHECKPOINTS = [b"", os.urandom(4096), pickle.dumps(EpisodeStats()), "exploit", "list", "another model", "format"]
+NOT_CHECKPOINTS = [b"", os.urandom(4096), pickle.dumps(RecentEpisodes()), "exploit", "list", "another model", "format"]
 
 
 def write_not_a_checkpoint(path, content) -> None:
