@@ -4,7 +4,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.integration.cluster import ROOT
+
+pytestmark = pytest.mark.integration
 
 
 def help_text(*command: str) -> str:

@@ -30,6 +30,7 @@ def test_a_failing_writer_leaves_the_old_file_and_no_temp(tmp_path):
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["config.toml"]
 
 
+@pytest.mark.integration
 def test_a_full_disk_is_one_clean_error_and_leaves_the_old_file(tmp_path):
     with full_disk(tmp_path / "disk", size_kb=64) as disk:
         (disk / "state").write_text("old")
@@ -39,6 +40,7 @@ def test_a_full_disk_is_one_clean_error_and_leaves_the_old_file(tmp_path):
         assert (disk / "state").read_text() == "old" and os.listdir(disk) == ["state"]
 
 
+@pytest.mark.integration
 def test_a_read_only_directory_is_one_clean_error(tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()

@@ -94,6 +94,7 @@ def test_settings_with_an_unknown_key(data, bad):
         EnvSettings.from_dict(data)
 
 
+@pytest.mark.integration
 def test_protocol_imports_neither_torch_nor_gymnasium():
     code = ("import protocol, protocol.messages, protocol.transport, sys; "
             "bad = sorted(m for m in ('torch', 'gymnasium') if m in sys.modules); "

@@ -96,6 +96,7 @@ print("loaded")
 """
 
 
+@pytest.mark.integration
 def test_load_broadcast_takes_read_only_arrays_without_a_warning():
     """A Weights message's arrays are read-only views of the received frames (issue 25, item 10): torch's
     'The given NumPy array is not writable' warning reached the eval worker's console on every run. In a

@@ -100,6 +100,7 @@ def ranks_dir(tmp_path_factory):
     return tmp_path
 
 
+@pytest.mark.integration
 def test_averaged_gradients_are_the_sample_weighted_mean_of_the_ranks(ranks_dir):
     tmp_path = ranks_dir
     reference = []
@@ -117,6 +118,7 @@ def test_averaged_gradients_are_the_sample_weighted_mean_of_the_ranks(ranks_dir)
         np.testing.assert_allclose(np.load(tmp_path / f"grads_{rank}.npy"), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.integration
 def test_a_rank_without_samples_takes_part_and_weights_stay_identical(ranks_dir):
     tmp_path = ranks_dir
     # with weight 0 on the empty rank, the first update is exactly a 1-rank update on rank 0's data
@@ -149,6 +151,7 @@ def _stats_worker(rank: int, store: str, out_dir: str) -> None:
         _tear_down(rank, out_dir)
 
 
+@pytest.mark.integration
 def test_explained_variance_and_first_minibatch_statistics_are_the_jobs(tmp_path):
     assert _spawn(_stats_worker, tmp_path) == [0, 0]
     stats = [json.loads((tmp_path / f"stats_{r}.json").read_text()) for r in range(2)]
@@ -194,6 +197,7 @@ def _silent_peer_worker(rank: int, store: str, out_dir: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.integration
 def test_a_collective_nobody_answers_raises_ranks_lost_naming_it_at_the_timeout(tmp_path):
     assert _spawn(_silent_peer_worker, tmp_path) == [0, 0]
     result = json.loads((tmp_path / "result.json").read_text())

@@ -128,6 +128,7 @@ def test_resume_skips_checkpoints_with_non_finite_numbers_to_the_previous_good_o
     assert skipped == [(tmp_path / "checkpoints" / "ckpt_00000002.pt", f"non-finite values in {where}")]
 
 
+@pytest.mark.integration
 def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temp_file(tmp_path):
     """issue 32: a full disk gave a traceback and left a temporary checkpoint behind."""
     with full_disk(tmp_path / "run" / "checkpoints", size_kb=256):
@@ -142,6 +143,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temp_file(tm
         assert checkpoint.load_newest(run_dir)[1]["update"] == 1
 
 
+@pytest.mark.integration
 def test_a_read_only_checkpoint_directory_keeps_the_previous_checkpoint(tmp_path):
     checkpoint.save(tmp_path, 1, _state(1), keep=3)
     with read_only(tmp_path / "checkpoints"):
