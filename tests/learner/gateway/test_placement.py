@@ -2,7 +2,8 @@
 and which rank a joining actor is sent to."""
 from __future__ import annotations
 
-from learner.gateway.placement import advertised_address, joiner_rank, local_slots_of_rank, min_envs_of_rank
+from learner.gateway.placement import (RankBalancer, advertised_address, joiner_rank, local_slots_of_rank,
+                                       min_envs_of_rank)
 
 
 def test_a_rank_bound_to_every_interface_advertises_the_configured_host_never_0000():
@@ -32,3 +33,16 @@ def test_before_the_first_update_joiners_fill_the_other_ranks_shares_of_min_envs
     assert joiner_rank([8, 4], [8, 4]) == 0  # the local actors fill both shares: rank 0 keeps its own
     assert joiner_rank([8, 4], [0, 0]) == 1  # after the first update: the least loaded rank
     assert joiner_rank([4, 4], [0, 0]) == 0
+
+
+def test_the_balancer_keeps_joiners_until_it_knows_the_ranks_then_sends_them_where_short():
+    own = [0]  # rank 0's live env slots
+    balancer = RankBalancer(lambda: own[0], targets=[4, 4], loads=[0, 0])
+    assert balancer(4) is None  # the ranks' addresses not gathered yet: rank 0 keeps it
+    balancer.know(["tcp://rank0:1", "tcp://rank1:2"])
+    assert balancer(4) == "tcp://rank1:2" and balancer.loads == [0, 4]  # rank 1's share first, counted
+    assert balancer(4) is None  # rank 1's share met: rank 0 fills its own last
+    own[0] = 4
+    balancer.after_update([4, 2])  # the job's count: rank 1 lost 2 slots; from now on the least loaded
+    assert balancer(2) == "tcp://rank1:2"
+    assert balancer(2) is None  # a tie goes to rank 0
