@@ -14,8 +14,11 @@ def test_writes_and_replaces_whole_files(tmp_path):
     atomic_write(target, '{"a": 1}')
     atomic_write(target, b"\x00\x01")
     assert target.read_bytes() == b"\x00\x01" and os.listdir(tmp_path) == ["endpoints.json"]
-    atomic_write(tmp_path / "secret", "s", mode=0o600)
-    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not the temp file's 0600
+    atomic_write(tmp_path / "secret", "s", mode=0o640)
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o640  # exactly the bits asked for
 
 
 def test_a_failing_writer_leaves_the_old_file_and_no_temp(tmp_path):
