@@ -16,11 +16,12 @@ class FakeTTY(io.StringIO):
 
 
 def test_progress_bar_off_when_not_a_terminal(tmp_path, monkeypatch):
-    monkeypatch.setattr("sys.stdout", io.StringIO())
+    out = io.StringIO()  # not a terminal: a pipe, a file
+    monkeypatch.setattr("sys.stdout", out)
     writer = MetricsWriter(tmp_path, apply_overrides(Config(), ["log.tensorboard=false"]))
     writer.write(_record(1))
     writer.close()
-    assert writer.bar is None and "\r" not in (tmp_path / "metrics.jsonl").read_text()
+    assert writer.bar is None and out.getvalue() == ""  # no bar written to it
 
 
 def test_progress_bar_on_a_terminal_never_tears_a_log_line_nor_reaches_the_log_file(tmp_path, monkeypatch):
@@ -57,3 +58,5 @@ def test_progress_bar_on_a_terminal_never_tears_a_log_line_nor_reaches_the_log_f
     joined = [line for line in lines if "an actor joined" in line]
     assert len(joined) == 1 and joined[0] == "an actor joined", lines  # whole: no bar text before or after it
     assert any(line.startswith("update 2 | steps 128") for line in lines), lines
+    last = screen.rsplit("\n", 1)[-1].split("\r")  # the bottom line, as overwritten segments
+    assert screen.endswith("\r") and last[-2].strip() == "", repr(screen[-200:])  # the bar cleared on close
