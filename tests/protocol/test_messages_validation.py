@@ -339,6 +339,22 @@ def test_episode_returns_must_be_finite(pt):
     rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "step: episode_returns must be finite")
 
 
+def test_episode_lengths_must_not_be_negative(pt):
+    msg = pt.make_step(pt.EXPECT_IMG, n_episodes=2)
+    msg.episode_lengths[1] = -1
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "step: episode_lengths must be >= 0")
+
+
+def test_an_env_terminated_and_truncated_at_once_sends_no_final_observation(pt):
+    """It ended for real (nothing to bootstrap): a final observation for it is refused, and none is asked for."""
+    msg = pt.make_step(pt.EXPECT_IMG, final_index=[1])
+    msg.terminated[1] = True
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "must list each env truncated and not terminated once")
+    msg.final_index, msg.final_obs = msg.final_index[:0], None
+    decoded = m.decode(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG)
+    assert decoded.terminated[1] and decoded.truncated[1] and decoded.final_obs is None
+
+
 @pytest.mark.parametrize("built,total", [(5, 4), (-1, 4), (0, 5000)])
 def test_starting_counts(built, total, pt):
     frames = pt.raw_message("starting", {"built": built, "total": total})

@@ -26,7 +26,9 @@ def test_a_greedy_claim_is_refused_for_good_and_a_full_learner_says_later():
     with pytest.raises(AdmissionRefused, match="full") as exc:
         a.check(16, a.max_envs - 8)
     assert exc.value.retry
-    a.check(8, a.max_envs - 8)
+    a.check(8, a.max_envs - 8)  # exactly full
+    with pytest.raises(AdmissionRefused, match="full"):
+        a.check(9, a.max_envs - 8)  # one slot over
 
 
 def test_a_registry_with_a_budget_holds_no_more_than_it_admits():
