@@ -21,7 +21,8 @@ def report(value, first=False, terminated=(False, False), truncated=(False, Fals
     return m.StepReport(0, np.stack([np.full(FRAME, v, np.uint8) for v in values]), np.zeros(2, np.float32),
                         np.array(terminated), np.array(truncated), first=first,
                         final_index=np.array(sorted(final), np.int64),
-                        final_obs=np.stack([np.full(FRAME, final[i], np.uint8) for i in sorted(final)]) if final else None)
+                        final_obs=np.stack([np.full(FRAME, final[i], np.uint8) for i in sorted(final)])
+                        if final else None)
 
 
 def rollout(k: int) -> RolloutBuffer:
