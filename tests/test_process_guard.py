@@ -39,7 +39,7 @@ def test_an_unmarked_test_that_starts_a_process_or_binds_tcp_fails_naming_it(pyt
                         "test_unmarked_zmq[inproc://guard-test]": "passed",
                         "test_unmarked_zmq[tcp://127.0.0.1:*]": "failed"}
     result.stdout.fnmatch_lines([
-        "*test_unmarked_process starts a process (subprocess.Popen) without @pytest.mark.integration*",
+        "*test_unmarked_process starts a process (subprocess.Popen python*) without @pytest.mark.integration*",
         "*test_unmarked_zmq?tcp://127.0.0.1:?? binds a zmq socket to tcp://127.0.0.1:* without*"])
 
 
@@ -52,3 +52,13 @@ def test_the_guard_notes_only_the_first_thing_and_only_while_armed():
     guard.audit("socket.bind", ())
     guard.audit("os.fork", ())
     assert guard.seen == ["binds a socket (socket.bind)"]
+
+
+def test_a_library_looking_something_up_is_not_the_tests_process():
+    guard = Guard()
+    guard.test = "t"
+    guard.audit("subprocess.Popen", ("fc-list", ["fc-list", "--format=%{file}"], None, None))  # matplotlib's fonts
+    guard.audit("subprocess.Popen", (None, ["/sbin/ldconfig", "-p"], None, None))  # ctypes.util.find_library
+    assert guard.seen == []
+    guard.audit("subprocess.Popen", (None, ["/usr/bin/python3", "-c", "pass"], None, None))
+    assert guard.seen == ["starts a process (subprocess.Popen python3)"]
