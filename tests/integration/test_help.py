@@ -25,7 +25,7 @@ def test_launch_help_says_how_the_topology_is_picked():
 
 def test_evaluate_help_lists_no_internal_names():
     text = help_text("-m", "learner.evaluate")
-    assert "RUN_DIR_OR_CHECKPOINT" in text and "--episodes" in text  # the real help, not an empty page
+    assert "RUN_DIR_OR_CHECKPOINT" in text and "--episodes EPISODES" in text  # the real help, its options listed
     for internal in ("load_policy", "eval_settings", "play_episodes", "VideoWriter", "broadcast_state", "load_broadcast"):
         assert internal not in text, internal
 
