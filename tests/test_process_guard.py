@@ -6,8 +6,6 @@ import pytest
 
 from tests.process_guard import Guard
 
-pytestmark = pytest.mark.integration  # the inline session below starts a process and binds a TCP socket
-
 INNER = '''
 import subprocess, sys
 import pytest, zmq
@@ -29,6 +27,7 @@ def test_unmarked_zmq(address):
 '''
 
 
+@pytest.mark.integration  # the inline session starts a process and binds a TCP socket, in this process
 def test_an_unmarked_test_that_starts_a_process_or_binds_tcp_fails_naming_it(pytester):
     pytester.makeconftest('pytest_plugins = ["tests.process_guard"]')
     pytester.makepyfile(test_inner=INNER)
