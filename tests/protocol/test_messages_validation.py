@@ -238,6 +238,13 @@ def test_oversized_message_against_the_expect(pt):
     rejects(pt.to_wire(m.encode(msg)), small, "message exceeds the 200-byte limit")
 
 
+def test_a_usual_report_over_the_limit_is_refused_on_the_fast_path_too(pt):
+    """protocol/usual_step.py takes a usual report only under the limit the general decoder enforces."""
+    msg = pt.make_step(pt.EXPECT_VEC)  # no episode ended, nothing truncated: the usual report
+    small = dataclasses.replace(pt.EXPECT_VEC, max_bytes=40)  # 3 x 5 float32 observations alone are 60 bytes
+    rejects(pt.to_wire(m.encode(msg)), small, "message exceeds the 40-byte limit")
+
+
 def test_oversized_message_against_max_bytes(pt):
     msg = m.Weights(version=1, tensors={"a": np.zeros(100, np.float32), "b": np.zeros(100, np.float32)})
     rejects(pt.to_wire(m.encode(msg)), max_bytes=799, match="message exceeds the 799-byte limit")
