@@ -1,4 +1,4 @@
-"""The actor's env group: what reaches env.step, and what it reports back (real Pendulum, CartPole and Breakout envs)."""
+"""The actor's env group: what reaches env.step, and what it reports back (real Pendulum, CartPole, Breakout)."""
 import gymnasium as gym
 import numpy as np
 
