@@ -62,9 +62,13 @@ def test_latest_ignores_best_and_torn_temp_files(tmp_path):
     (ckpt_dir / "ckpt_00000010.pt.partial").write_bytes(b"junk")
     assert checkpoint.latest(tmp_path).name == "ckpt_00000004.pt"
     assert checkpoint.load(checkpoint.latest(tmp_path))["update"] == 4
-    # the next save (another pid's leftovers are stale) removes the torn temp file; best.pt stays
+    killed = ckpt_dir / ".ckpt_00000009.pt.x1y2z3.tmp"  # atomic_write's temp file, its writer killed
+    killed.write_bytes(b"half")
+    in_flight = ckpt_dir / f".tmp_ckpt_00000011.pt.{os.getpid()}"  # this process's own write, not done yet
+    in_flight.write_bytes(b"being written")
+    # the next save (another pid's leftovers are stale) removes the torn temp files; best.pt stays
     checkpoint.save(tmp_path, 5, _state(5), keep=3, score=1.0)
-    assert not torn.exists()
+    assert not torn.exists() and not killed.exists() and in_flight.exists()
     assert checkpoint.latest(tmp_path).name == "ckpt_00000005.pt"
     assert checkpoint.load(checkpoint.best(tmp_path))["update"] == 4
 
