@@ -1,5 +1,8 @@
-"""Puts the repository root on sys.path so tests import actor/, learner/ and protocol/ directly."""
+"""Puts the repository root on sys.path so tests import actor/, learner/ and protocol/ directly, and loads the
+integration-marker guard (tests/process_guard.py) and pytester (tests/test_process_guard.py runs pytest inline)."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+pytest_plugins = ["tests.process_guard", "pytester"]

@@ -4,7 +4,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.integration.cluster import ROOT
+
+pytestmark = pytest.mark.integration
 
 
 def help_text(*command: str) -> str:
@@ -21,6 +25,7 @@ def test_launch_help_says_how_the_topology_is_picked():
 
 def test_evaluate_help_lists_no_internal_names():
     text = help_text("-m", "learner.evaluate")
+    assert "RUN_DIR_OR_CHECKPOINT" in text and "--episodes EPISODES" in text  # the real help, its options listed
     for internal in ("load_policy", "eval_settings", "play_episodes", "VideoWriter", "broadcast_state", "load_broadcast"):
         assert internal not in text, internal
 

@@ -121,5 +121,7 @@ def test_cartpole_with_two_collector_processes_reaches_475_within_150k_steps(tmp
     update (a collector serving stale weights would not learn) and write into its rollout."""
     hit = _train_until(tmp_path / "cartpole", "configs/cartpole.toml", 150_000, 20, 475, 240,
                        "--set", "cluster.collectors=2")
-    assert "2 collector processes" in (tmp_path / "cartpole" / "learner.log").read_text()
+    info = json.loads((tmp_path / "cartpole" / "endpoints.json").read_text())
+    pids = {c["pid"] for c in info["collectors"]}  # two processes of their own, not the learner's
+    assert len(info["collectors"]) == 2 and len(pids) == 2 and info["pid"] not in pids, info
     print(f"CartPole, 2 collectors: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")

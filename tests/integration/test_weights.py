@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 import zmq
 
 from protocol import messages as m
 from protocol.transport import connect_sub
 from tests.integration.cluster import kill_group, launch, wait_for
+
+pytestmark = pytest.mark.integration
 
 
 def test_late_subscriber_gets_every_later_version_in_order(tmp_path):

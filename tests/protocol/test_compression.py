@@ -162,6 +162,33 @@ def test_a_delta_without_a_previous_frame_is_refused():
         m.decode(frames, expect=expect_for(k=3))
 
 
+def test_a_first_report_sent_as_a_delta_is_refused(pt):
+    """A first report starts the actor's envs afresh: a delta against what the receiver kept of an earlier
+    game would decode into another game's screen."""
+    sender, expect = compression.Sender("zstd"), expect_for(k=3)
+    sender.use_delta, sender.sent = True, 1
+    m.decode(m.encode(_report(_scene(8), first=True), sender), expect=expect)  # the receiver keeps this frame
+    delta = m.encode(_report(_scene(8)), sender)
+    first_again = pt.with_header(delta, lambda h: h["b"].__setitem__("first", True))
+    with pytest.raises(ProtocolError, match="without a previous frame"):
+        m.decode(first_again, expect=expect)
+
+
+def test_frames_compressed_with_another_codec_than_agreed_are_named(pt):
+    frames = m.encode(_report(_scene(7)), compression.Sender("zstd"))
+    other = pt.with_header(frames, lambda h: h["b"].__setitem__("z", "lz4"))
+    with pytest.raises(ProtocolError, match="frames compressed with 'lz4', but 'zstd' was agreed"):
+        m.decode(other, expect=expect_for(k=3))
+
+
+def test_a_frame_inflating_to_less_than_the_header_declares_is_refused():
+    stream = zstandard.ZstdCompressor(level=1).compressobj()  # streamed: no content size to check first
+    short = stream.compress(bytes(100)) + stream.flush()
+    frames = m.encode(_report(_scene(5)), compression.Sender("zstd"))
+    with pytest.raises(ProtocolError, match="inflates to 100 bytes, the header declares 21168"):
+        m.decode([frames[0], short], expect=expect_for(k=3))
+
+
 def test_raw_frames_still_decode_where_a_codec_was_agreed():
     expect = expect_for(k=3)
     obs = _scene(9)

@@ -14,8 +14,11 @@ def test_writes_and_replaces_whole_files(tmp_path):
     atomic_write(target, '{"a": 1}')
     atomic_write(target, b"\x00\x01")
     assert target.read_bytes() == b"\x00\x01" and os.listdir(tmp_path) == ["endpoints.json"]
-    atomic_write(tmp_path / "secret", "s", mode=0o600)
-    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not the temp file's 0600
+    atomic_write(tmp_path / "secret", "s", mode=0o640)
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o640  # exactly the bits asked for
 
 
 def test_a_failing_writer_leaves_the_old_file_and_no_temp(tmp_path):
@@ -30,6 +33,7 @@ def test_a_failing_writer_leaves_the_old_file_and_no_temp(tmp_path):
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["config.toml"]
 
 
+@pytest.mark.integration
 def test_a_full_disk_is_one_clean_error_and_leaves_the_old_file(tmp_path):
     with full_disk(tmp_path / "disk", size_kb=64) as disk:
         (disk / "state").write_text("old")
@@ -39,6 +43,7 @@ def test_a_full_disk_is_one_clean_error_and_leaves_the_old_file(tmp_path):
         assert (disk / "state").read_text() == "old" and os.listdir(disk) == ["state"]
 
 
+@pytest.mark.integration
 def test_a_read_only_directory_is_one_clean_error(tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()

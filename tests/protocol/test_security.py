@@ -107,6 +107,7 @@ def assert_refused(srv, mon, cli, expected_events=FAILED):
 
 # ---------------------------------------------------------------- over the wire
 
+@pytest.mark.integration
 def test_allowed_client_round_trip(keys, sockets):
     srv, mon, endpoint = start_server(sockets, keys.server_keys)
     cli = connect_client(sockets, endpoint, ClientKeys.load(keys.actor_sec, keys.server_pub))
@@ -122,6 +123,7 @@ def test_allowed_client_round_trip(keys, sockets):
     assert srv.getsockopt(zmq.CURVE_SERVER) == 1
 
 
+@pytest.mark.integration
 def test_round_trip_through_transport(keys, sockets):
     ctx = sockets.ctx()
     sockets.keys.append(keys.server_keys)
@@ -135,23 +137,27 @@ def test_round_trip_through_transport(keys, sockets):
     assert frames is not None and [f.bytes for f in frames] == [b"a1", b"hello"]
 
 
+@pytest.mark.integration
 def test_client_not_in_allow_list_is_refused(keys, sockets):
     srv, mon, endpoint = start_server(sockets, keys.server_keys)
     cli = connect_client(sockets, endpoint, ClientKeys.load(keys.intruder_sec, keys.server_pub))
     assert_refused(srv, mon, cli, {zmq.EVENT_HANDSHAKE_FAILED_AUTH})
 
 
+@pytest.mark.integration
 def test_client_without_curve_is_refused(keys, sockets):
     srv, mon, endpoint = start_server(sockets, keys.server_keys)
     assert_refused(srv, mon, connect_client(sockets, endpoint, None))
 
 
+@pytest.mark.integration
 def test_client_with_wrong_server_key_is_refused(keys, sockets):
     srv, mon, endpoint = start_server(sockets, keys.server_keys)
     cli = connect_client(sockets, endpoint, ClientKeys.load(keys.actor_sec, keys.other_server_pub))
     assert_refused(srv, mon, cli)
 
 
+@pytest.mark.integration
 def test_forgotten_authenticator_fails_closed(keys, sockets):
     # libzmq admits any client that knows the server key when no ZAP handler runs;
     # apply_server's ZAP_ENFORCE_DOMAIN turns that into a refusal.
@@ -210,6 +216,7 @@ def test_keygen_files(tmp_path):
     assert zmq.auth.load_certificates(tmp_path / "new") == {zmq.auth.load_certificate(public_path)[0]: True}
 
 
+@pytest.mark.integration
 def test_keygen_cli(tmp_path, capsys):
     assert main(["keygen", str(tmp_path), "actor7"]) == 0
     out = capsys.readouterr().out

@@ -125,6 +125,7 @@ def test_settings_take_an_int_where_a_float_belongs():
     assert isinstance(EnvSettings.from_dict({"sticky_actions": 1}).sticky_actions, float)
 
 
+@pytest.mark.integration
 def test_protocol_imports_neither_torch_nor_gymnasium():
     code = ("import protocol, protocol.messages, protocol.transport, sys; "
             "bad = sorted(m for m in ('torch', 'gymnasium') if m in sys.modules); "

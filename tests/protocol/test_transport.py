@@ -43,6 +43,7 @@ def _connect_as_nobody(path: str) -> str:
     return out.stdout.strip() or out.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(sys.platform == "win32", reason="Windows has no Unix sockets: 'local' is a loopback TCP port")
 def test_local_is_a_unix_socket_in_a_private_directory_that_actors_reach():
     first, second = local_address(LOCAL), local_address(LOCAL)
@@ -61,6 +62,7 @@ def test_local_is_a_unix_socket_in_a_private_directory_that_actors_reach():
         ctx.destroy(linger=0)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0,
                     reason="needs root, to run a process as another user (uid 65534)")
 def test_another_user_cannot_connect_to_the_local_address():
@@ -79,6 +81,7 @@ def test_another_user_cannot_connect_to_the_local_address():
         shutil.rmtree(open_dir, ignore_errors=True)
 
 
+@pytest.mark.integration
 def test_the_private_directory_is_removed_when_the_process_exits(tmp_path):
     code = ("from protocol.transport import local_address, LOCAL; import os; "
             "print(os.path.dirname(local_address(LOCAL)[len('ipc://'):]))")
@@ -91,6 +94,7 @@ def _local_in_a_child(queue) -> None:
     queue.put(os.path.dirname(local_address(LOCAL)[len("ipc://"):]))
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork start method is Linux's default only")
 def test_the_private_directory_is_removed_when_a_multiprocessing_child_exits():
     """A forked multiprocessing child ends with os._exit: atexit handlers do not run there (launch.py spawns its

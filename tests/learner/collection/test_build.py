@@ -10,8 +10,6 @@ from learner.collection.collection import Collection
 from learner.collection.local import LocalCollection
 from learner.collection.pool import CollectorPool
 from learner.config import from_dict
-from learner.rollout.layout import Layout
-from protocol.spaces import SpaceSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,10 +49,3 @@ def test_collector_settings_come_from_the_config(run, in_process, want):
     settings = collector_settings(cfg, torch.device("cpu"), 4, in_process)
     assert (settings.num_steps, settings.frame_stack) == (16, 4)
     assert {k: getattr(settings, k) for k in want} == want
-
-
-def test_layout_from_the_spaces():
-    image = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
-    vector = SpaceSpec(kind="box", shape=(3,), dtype="float64", low=[-1.0] * 3, high=[1.0] * 3)
-    assert Layout.of(image, SpaceSpec(kind="discrete", n=4)) == Layout((4, 84, 84), torch.uint8, (), torch.long)
-    assert tuple(Layout.of(vector, vector)) == ((3,), torch.float32, (3,), torch.float32)

@@ -29,6 +29,8 @@ from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
+pytestmark = pytest.mark.integration
+
 OBS = SpaceSpec(kind="box", shape=(3,), dtype="float32")
 ACT = SpaceSpec(kind="box", shape=(2,), dtype="float32", low=[-1.0, -1.0], high=[1.0, 1.0])
 T, K = 4, 2

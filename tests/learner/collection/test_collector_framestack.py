@@ -25,6 +25,8 @@ from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
+pytestmark = pytest.mark.integration
+
 FRAME = SpaceSpec(kind="box", shape=(2, 2), dtype="uint8", low=[0.0], high=[255.0])
 ACT = SpaceSpec(kind="discrete", n=3)
 T, K, GROUPS, STACK, ROLLOUTS = 3, 2, 2, 3, 4

@@ -65,3 +65,17 @@ def test_random_discrete_actions_come_from_a_pool_drawn_ahead_in_order():
     np.testing.assert_array_equal(results[-3].actions, pools[1][:20])
     np.testing.assert_array_equal(results[-2].actions, pools[2])
     np.testing.assert_array_equal(results[-1].actions, pools[3][:3])
+
+
+def test_random_actions_with_obs_normalization_still_count_and_return_the_normalized_observations():
+    """--random-policy with normalize.obs: the observations the rollout keeps are the normalized ones, and the
+    statistics learn from them as with the network acting (a later run from this one sees the same scale)."""
+    policy = Inference(None, SpaceSpec(kind="discrete", n=3), torch.device("cpu"), ObsNormalizer((2,)), seed=0,
+                       random_actions=True)
+    obs = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
+    result = policy.act([obs])
+    assert float(policy.obs_norm.rms.count) > 1  # the two observations were counted
+    with torch.no_grad():
+        expected = policy.obs_norm(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(result.obs, expected)
+    assert len(result.actions) == 2 and (result.values == 0).all()

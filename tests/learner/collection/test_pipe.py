@@ -44,6 +44,7 @@ def test_messages_are_frozen():
     assert Done("shard").shard == "shard"
 
 
+@pytest.mark.integration
 def test_a_collector_process_told_something_unknown_says_so_in_one_line_and_exits(tmp_path):
     """A real collector process, spawned as the pool does, sent the bare tuple the pipe spoke before."""
     cfg = from_dict({"env": {"env_id": "CartPole-v1"}, "ppo": {"num_steps": 8}})

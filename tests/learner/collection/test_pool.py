@@ -1,9 +1,7 @@
-"""The pool's choices that need no process: how many collectors by default, where a joiner goes."""
-import numpy as np
+"""The pool's choice that needs no process: how many collectors by default."""
 import torch
 
 from learner.collection.pool import default_collectors
-from learner.collection.process import ADMITTED, BOARD_COLUMNS, SLOTS, CollectorBalancer, redirect_chain
 
 
 def test_default_collectors_follow_the_device_and_cores():
@@ -15,25 +13,3 @@ def test_default_collectors_follow_the_device_and_cores():
     assert default_collectors(0, cuda, 96, True, False) == 1  # deterministic: one process
     assert default_collectors(0, cuda, 96, False, True) == 1  # normalize.obs: one set of statistics
     assert default_collectors(3, cpu, 2, False, False) == 3   # asked for: given
-
-
-def test_a_joiner_goes_to_the_collector_with_the_fewest_slots_counting_those_on_their_way():
-    board = np.zeros((3, BOARD_COLUMNS), np.int64)
-    own = [0]
-    balancer = CollectorBalancer(lambda: own[0], board)
-    assert balancer(4) is None  # addresses not known yet: stay
-    balancer.know(["tcp://a:1", "tcp://b:2", "tcp://c:3"])
-    assert balancer(4) is None  # all empty: collector 0 on ties
-    own[0] = 4
-    assert balancer(4) == "tcp://b:2"
-    assert balancer(4) == "tcp://c:3"  # b has 4 on their way, not yet admitted
-    board[1, [SLOTS, ADMITTED]] = 4, 4   # b admitted its joiner
-    assert balancer(4) is None           # 4 live at b, 4 on their way to c, 4 here: collector 0 on ties
-    board[1, [SLOTS, ADMITTED]] = 0, 8   # b's actors both left
-    assert balancer(2) == "tcp://b:2"
-
-
-def test_redirects_ask_the_rank_first_then_the_collector():
-    assert redirect_chain(None, lambda n: None)(4) is None
-    assert redirect_chain(lambda n: "rank", lambda n: "collector")(4) == "rank"
-    assert redirect_chain(lambda n: None, lambda n: "collector")(4) == "collector"

@@ -29,3 +29,10 @@ def test_evaluate_refuses_weights_that_do_not_fit_the_network_of_their_config(tm
     assert main([str(tmp_path), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "do not fit" in err, err
+
+
+def test_evaluate_rejects_missing_path(tmp_path, capsys):
+    assert main([str(tmp_path / "nope")]) == 2
+    assert main([str(tmp_path)]) == 2  # a directory without checkpoints
+    err = capsys.readouterr().err
+    assert "no such file or directory" in err and "no checkpoint" in err

@@ -210,6 +210,7 @@ def told_to_rejoin(sock) -> m.Error:
     return msg
 
 
+@pytest.mark.integration
 def test_a_second_report_before_new_actions_is_rejected_counted_and_its_sender_retired(loopback):
     gateway = loopback.gateway
     actor = loopback.peer()
@@ -222,6 +223,7 @@ def test_a_second_report_before_new_actions_is_rejected_counted_and_its_sender_r
     assert "not sent actions" in told_to_rejoin(actor).reason
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("groups,first_sent,msg,why", [
     (1, True, m.StepReport(0, np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
                            np.zeros(2, bool), first=True), "a second first report for group 0"),
@@ -252,6 +254,7 @@ def test_a_well_formed_message_out_of_turn_costs_the_sender_its_slots(loopback, 
     assert why in told_to_rejoin(actor).reason
 
 
+@pytest.mark.integration
 def test_starting_messages_are_signs_of_life_not_reports(loopback):
     gateway = loopback.gateway
     actor = loopback.peer()
@@ -267,6 +270,7 @@ def test_starting_messages_are_signs_of_life_not_reports(loopback):
     assert len(gateway.registry) == 0, "a frozen actor is still retired while it builds"
 
 
+@pytest.mark.integration
 def test_a_peer_that_keeps_misbehaving_is_banned_for_a_while(loopback):
     from learner.gateway.registry import BAN_S, MAX_STRIKES
     gateway = loopback.gateway

@@ -75,6 +75,7 @@ def wires():
         wire.close()
 
 
+@pytest.mark.integration
 def test_auto_compresses_for_an_actor_beyond_loopback_and_not_on_loopback(wires):
     ip = _outward_ip()
     if ip is None:
@@ -85,6 +86,7 @@ def test_auto_compresses_for_an_actor_beyond_loopback_and_not_on_loopback(wires)
     assert remote.join(remote.peer(), None).codec == "none"  # an actor from before codecs: raw frames
 
 
+@pytest.mark.integration
 def test_a_forced_codec_goes_to_actors_that_have_it_and_raw_frames_to_the_others(wires):
     wire = wires("tcp://127.0.0.1:0", codec="zstd")
     assert wire.join(wire.peer(), ["lz4", "zstd"]).codec == "zstd"
@@ -97,6 +99,7 @@ def _first(obs: np.ndarray) -> m.StepReport:
     return m.StepReport(0, obs, np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool), first=True)
 
 
+@pytest.mark.integration
 def test_compressed_reports_arrive_exactly_and_a_corrupt_one_costs_only_its_sender(wires):
     wire = wires("tcp://127.0.0.1:0", codec="zstd")
     good, bad = wire.peer(), wire.peer()

@@ -62,9 +62,13 @@ def test_latest_ignores_best_and_torn_temp_files(tmp_path):
     (ckpt_dir / "ckpt_00000010.pt.partial").write_bytes(b"junk")
     assert checkpoint.latest(tmp_path).name == "ckpt_00000004.pt"
     assert checkpoint.load(checkpoint.latest(tmp_path))["update"] == 4
-    # the next save (another pid's leftovers are stale) removes the torn temp file; best.pt stays
+    killed = ckpt_dir / ".ckpt_00000009.pt.x1y2z3.tmp"  # atomic_write's temp file, its writer killed
+    killed.write_bytes(b"half")
+    in_flight = ckpt_dir / f".tmp_ckpt_00000011.pt.{os.getpid()}"  # this process's own write, not done yet
+    in_flight.write_bytes(b"being written")
+    # the next save (another pid's leftovers are stale) removes the torn temp files; best.pt stays
     checkpoint.save(tmp_path, 5, _state(5), keep=3, score=1.0)
-    assert not torn.exists()
+    assert not torn.exists() and not killed.exists() and in_flight.exists()
     assert checkpoint.latest(tmp_path).name == "ckpt_00000005.pt"
     assert checkpoint.load(checkpoint.best(tmp_path))["update"] == 4
 
@@ -128,6 +132,7 @@ def test_resume_skips_checkpoints_with_non_finite_numbers_to_the_previous_good_o
     assert skipped == [(tmp_path / "checkpoints" / "ckpt_00000002.pt", f"non-finite values in {where}")]
 
 
+@pytest.mark.integration
 def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temp_file(tmp_path):
     """issue 32: a full disk gave a traceback and left a temporary checkpoint behind."""
     with full_disk(tmp_path / "run" / "checkpoints", size_kb=256):
@@ -142,6 +147,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temp_file(tm
         assert checkpoint.load_newest(run_dir)[1]["update"] == 1
 
 
+@pytest.mark.integration
 def test_a_read_only_checkpoint_directory_keeps_the_previous_checkpoint(tmp_path):
     checkpoint.save(tmp_path, 1, _state(1), keep=3)
     with read_only(tmp_path / "checkpoints"):

@@ -1,10 +1,13 @@
 """Weights shared with a collector process: what the training process publishes is what a spawned process
 loads, version included, with no copy through a pipe."""
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from learner.update.ranks import checksum
 from learner.weights.shared import SharedWeights
+
+pytestmark = pytest.mark.integration
 
 
 def _model():

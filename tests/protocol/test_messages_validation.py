@@ -238,6 +238,13 @@ def test_oversized_message_against_the_expect(pt):
     rejects(pt.to_wire(m.encode(msg)), small, "message exceeds the 200-byte limit")
 
 
+def test_a_usual_report_over_the_limit_is_refused_on_the_fast_path_too(pt):
+    """protocol/usual_step.py takes a usual report only under the limit the general decoder enforces."""
+    msg = pt.make_step(pt.EXPECT_VEC)  # no episode ended, nothing truncated: the usual report
+    small = dataclasses.replace(pt.EXPECT_VEC, max_bytes=40)  # 3 x 5 float32 observations alone are 60 bytes
+    rejects(pt.to_wire(m.encode(msg)), small, "message exceeds the 40-byte limit")
+
+
 def test_oversized_message_against_max_bytes(pt):
     msg = m.Weights(version=1, tensors={"a": np.zeros(100, np.float32), "b": np.zeros(100, np.float32)})
     rejects(pt.to_wire(m.encode(msg)), max_bytes=799, match="message exceeds the 799-byte limit")
@@ -337,6 +344,22 @@ def test_episode_returns_must_be_finite(pt):
     msg = pt.make_step(pt.EXPECT_IMG, n_episodes=2)
     msg.episode_returns[1] = np.nan
     rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "step: episode_returns must be finite")
+
+
+def test_episode_lengths_must_not_be_negative(pt):
+    msg = pt.make_step(pt.EXPECT_IMG, n_episodes=2)
+    msg.episode_lengths[1] = -1
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "step: episode_lengths must be >= 0")
+
+
+def test_an_env_terminated_and_truncated_at_once_sends_no_final_observation(pt):
+    """It ended for real (nothing to bootstrap): a final observation for it is refused, and none is asked for."""
+    msg = pt.make_step(pt.EXPECT_IMG, final_index=[1])
+    msg.terminated[1] = True
+    rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG, "must list each env truncated and not terminated once")
+    msg.final_index, msg.final_obs = msg.final_index[:0], None
+    decoded = m.decode(pt.to_wire(m.encode(msg)), pt.EXPECT_IMG)
+    assert decoded.terminated[1] and decoded.truncated[1] and decoded.final_obs is None
 
 
 @pytest.mark.parametrize("built,total", [(5, 4), (-1, 4), (0, 5000)])

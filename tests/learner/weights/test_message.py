@@ -1,4 +1,5 @@
-"""The reusable evaluation pieces without a training run: settings, episodes, weight broadcasts, scheduling."""
+"""The weights message's payload (learner/weights/message.py): the model's floating tensors, the observation
+normalizer's statistics beside them, and loading them back into another model."""
 from __future__ import annotations
 
 import subprocess
@@ -8,47 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from actor.envs import describe_spaces, make_env
-from learner.config import Config, ModelConfig, apply_overrides
-from learner.evaluation.worker import _due
-from learner.weights.message import broadcast_state, load_broadcast
-from learner.evaluation.evaluate import (build_policy, eval_settings, play_episodes,
-                              summarize)
+from learner.config import ModelConfig
 from learner.model.networks import build_model
 from learner.model.normalize import ObsNormalizer
-from learner.weights.message import state_arrays
+from learner.weights.message import broadcast_state, load_broadcast, state_arrays
 from protocol import messages as m
-from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from tests.integration.cluster import ROOT
-
-
-def test_eval_settings_keep_the_training_recipe():
-    train = EnvSettings(sticky_actions=0.0, max_episode_steps=27000)
-    s = eval_settings(train)
-    assert s == train  # episodic life and FIRE reset too: lost lives are handled as in training
-    assert eval_settings(EnvSettings(episodic_life=False, fire_reset=False)).episodic_life is False
-    s = eval_settings(train, sticky_actions=0.25, max_steps=500)
-    assert s.sticky_actions == 0.25 and s.max_episode_steps == 500
-    assert eval_settings(train, sticky_actions=-1.0).sticky_actions == 0.0  # -1: as in training
-    assert train.sticky_actions == 0.0 and train.max_episode_steps == 27000  # the training settings are left alone
-
-
-def test_play_episodes_cartpole_returns_raw_episodes():
-    cfg = apply_overrides(Config(), ["env.env_id='CartPole-v1'", "env.max_episode_steps=40"])
-    env = make_env(eval_settings(cfg.env), 3)
-    try:
-        model, obs_norm = build_policy(cfg, *describe_spaces(env))
-        episodes = play_episodes(model, env, 3, seed=3)
-        again = play_episodes(model, env, 3, seed=3)
-        greedy = play_episodes(model, env, 2, seed=3, greedy=True)
-    finally:
-        env.close()
-    assert len(episodes) == 3 and len(greedy) == 2
-    assert all(1 <= e.length <= 40 and e.ret == e.length for e in episodes)  # CartPole: +1 per step
-    assert [(e.ret, e.length) for e in episodes] == [(e.ret, e.length) for e in again]  # seeded
-    s = summarize([e.ret for e in episodes])
-    assert s["min"] <= s["mean"] <= s["max"] and s["episodes"] == 3
 
 
 def test_broadcast_carries_obs_norm_and_round_trips():
@@ -66,13 +33,6 @@ def test_broadcast_carries_obs_norm_and_round_trips():
     np.testing.assert_allclose(float(norm2.rms.count), float(norm.rms.count), rtol=1e-6)
     with pytest.raises(ValueError, match="lacks"):
         load_broadcast(model2, None, {})
-
-
-def test_due_tolerates_skipped_versions():
-    assert not _due(0, 5, 0) and not _due(4, 5, 0) and _due(5, 5, 0) and _due(7, 5, 0)
-    assert not _due(9, 5, 7) and _due(10, 5, 7) and _due(13, 5, 7)
-    assert not _due(100, 0, 0)  # 0: never
-    assert _due(1, 1, 0) and _due(2, 1, 1) and not _due(2, 1, 2)
 
 
 READ_ONLY_BROADCAST = """
@@ -96,6 +56,7 @@ print("loaded")
 """
 
 
+@pytest.mark.integration
 def test_load_broadcast_takes_read_only_arrays_without_a_warning():
     """A Weights message's arrays are read-only views of the received frames (issue 25, item 10): torch's
     'The given NumPy array is not writable' warning reached the eval worker's console on every run. In a
@@ -104,3 +65,30 @@ def test_load_broadcast_takes_read_only_arrays_without_a_warning():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout == "loaded\n", result.stderr[-2000:]
     assert "not writable" not in result.stderr
+
+
+class Mixed(torch.nn.Module):
+    """A float64 weight, an integer buffer (no weight) and a non-contiguous float buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.arange(6, dtype=torch.float64).reshape(2, 3))
+        self.register_buffer("steps", torch.tensor(7))
+        self.register_buffer("transposed", torch.arange(6.0).reshape(2, 3).t())
+
+
+def test_state_arrays_are_the_floating_tensors_as_contiguous_float32():
+    arrays = state_arrays(Mixed())
+    assert sorted(arrays) == ["transposed", "weight"]  # the integer buffer is not sent
+    assert all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays.values())
+    np.testing.assert_array_equal(arrays["weight"], [[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(arrays["transposed"], [[0, 3], [1, 4], [2, 5]])
+
+
+def test_a_message_without_obs_norm_statistics_leaves_the_normalizer_as_it_was():
+    obs, act = SpaceSpec(kind="box", shape=(3,), dtype="float32"), SpaceSpec(kind="discrete", n=2)
+    model, norm = build_model(obs, act, ModelConfig()), ObsNormalizer((3,))
+    norm.update(torch.randn(16, 3) + 5)
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    load_broadcast(build_model(obs, act, ModelConfig()), norm, state_arrays(model))
+    assert all(torch.equal(before[k], v) for k, v in norm.state_dict().items())

@@ -2,7 +2,11 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.integration.cluster import ROOT
+
+pytestmark = pytest.mark.integration
 
 MAKE_AND_STEP = """
 from actor.envs import make_env

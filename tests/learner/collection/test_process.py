@@ -1,0 +1,26 @@
+"""A collector process's choices that need no process (learner/collection/process.py): where a joiner goes."""
+import numpy as np
+
+from learner.collection.process import ADMITTED, BOARD_COLUMNS, SLOTS, CollectorBalancer, redirect_chain
+
+
+def test_a_joiner_goes_to_the_collector_with_the_fewest_slots_counting_those_on_their_way():
+    board = np.zeros((3, BOARD_COLUMNS), np.int64)
+    own = [0]
+    balancer = CollectorBalancer(lambda: own[0], board)
+    assert balancer(4) is None  # addresses not known yet: stay
+    balancer.know(["tcp://a:1", "tcp://b:2", "tcp://c:3"])
+    assert balancer(4) is None  # all empty: collector 0 on ties
+    own[0] = 4
+    assert balancer(4) == "tcp://b:2"
+    assert balancer(4) == "tcp://c:3"  # b has 4 on their way, not yet admitted
+    board[1, [SLOTS, ADMITTED]] = 4, 4   # b admitted its joiner
+    assert balancer(4) is None           # 4 live at b, 4 on their way to c, 4 here: collector 0 on ties
+    board[1, [SLOTS, ADMITTED]] = 0, 8   # b's actors both left
+    assert balancer(2) == "tcp://b:2"
+
+
+def test_redirects_ask_the_rank_first_then_the_collector():
+    assert redirect_chain(None, lambda n: None)(4) is None
+    assert redirect_chain(lambda n: "rank", lambda n: "collector")(4) == "rank"
+    assert redirect_chain(lambda n: None, lambda n: "collector")(4) == "collector"
