@@ -2,6 +2,7 @@
 eval worker) makes to leave when its parent is gone: with real processes, the parent exiting for real."""
 from __future__ import annotations
 
+import pytest
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ CHILD = ("import os, subprocess, sys; g = subprocess.Popen([sys.executable, '-c'
          "stderr=subprocess.PIPE); g.stderr.readline()")
 
 
+@pytest.mark.integration
 def test_a_child_sees_its_parent_until_the_parent_exits():
     child = subprocess.run([sys.executable, "-c", CHILD, GRANDCHILD], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)  # returns once the grandchild, holding the same stdout, has exited too
