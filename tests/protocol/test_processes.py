@@ -2,11 +2,12 @@
 eval worker) makes to leave when its parent is gone: with real processes, the parent exiting for real."""
 from __future__ import annotations
 
-import pytest
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from protocol.processes import parent_alive
 

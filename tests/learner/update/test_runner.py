@@ -71,10 +71,10 @@ class CountingUpdater:
         return {"update": update}
 
 
-@pytest.mark.parametrize("background", [True, False])
-def test_an_update_that_fails_raises_in_the_learners_thread_once(background):
+@pytest.mark.parametrize("policy_lag", [True, False])
+def test_an_update_that_fails_raises_in_the_learners_thread_once(policy_lag):
     updater = CountingUpdater(fail=FloatingPointError("loss is nan"))
-    runner = UpdateRunner(updater, torch.Generator(), 1, background=background, say_after_s=30, deadline_s=60)
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=policy_lag, say_after_s=30, deadline_s=60)
     runner.start({}, 3)
     with pytest.raises(FloatingPointError, match="loss is nan"):
         runner.result()
@@ -85,13 +85,13 @@ def test_an_update_that_fails_raises_in_the_learners_thread_once(background):
 
 def test_collect_only_asks_the_updater_nothing_and_gives_empty_stats():
     updater = CountingUpdater()
-    runner = UpdateRunner(updater, torch.Generator(), 1, background=True, say_after_s=30, deadline_s=60)
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=30, deadline_s=60)
     runner.start(None, 1)
     assert runner.result() == {} and updater.calls == 0
 
 
 def test_the_deadline_grows_to_ten_times_the_slowest_update():
-    runner = UpdateRunner(CountingUpdater(takes_s=0.05), torch.Generator(), 1, background=False, deadline_s=0.2)
+    runner = UpdateRunner(CountingUpdater(takes_s=0.05), torch.Generator(), 1, policy_lag=False, deadline_s=0.2)
     assert runner.deadline() == 0.2
     runner.start({}, 1)
     runner.result()
