@@ -5,9 +5,10 @@ working tree is never modified). The copy holds the working tree's tracked and u
 files, so uncommitted edits are checked too. For every mutation the unit tests of tests/learner,
 tests/protocol and tests/actor (plus, for a mutation only an integration test can see, that one test) run with `-x -q`
 under a per-mutation timeout; a mutation is *caught* when
-pytest fails, *survived* when it passes. A target string that is not found exactly once is reported as
-TARGET MISSING (the code moved: update the mutation) and makes the exit code 2; otherwise the exit code
-is 0 whatever survives.
+pytest fails, *survived* when it passes. Before anything runs, every selected mutation's target string is
+looked for: one not found exactly once is reported as TARGET MISSING, naming the mutation, its file and the
+string (the code moved: update the mutation), and the exit code is 2 without a test run; otherwise the exit
+code is 0 whatever survives.
 
     python benchmarks/mutations.py                 # all mutations (~1 min each on 2 cores when survived)
     python benchmarks/mutations.py --only no-zero-grad greedy-argmin
@@ -55,11 +56,9 @@ MUTATIONS = [
     Mutation("box-unclipped", "Box actions reach env.step unclipped", "actor/runner.py",
              "actions = np.clip(actions, self.low, self.high)", "actions = actions"),
     Mutation("bootstrap-updates-obs-norm", "bootstrap observations update the observation normalizer",
-             "learner/collection/inference.py", "x = self.prepare(obs, update_stats=False)",
-             "x = self.prepare(obs, update_stats=True)"),
+             "learner/collection/inference.py", "else obs, update_stats=False)", "else obs, update_stats=True)"),
     Mutation("truncation-as-termination", "the learner loop treats truncations as terminations", "learner/advantages/batch.py",
-             "compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones,",
-             "compute_gae(rewards, buf.values, buf.next_values, dones, dones,"),
+             'd["next_values"], d["terminated"],', 'd["next_values"], d["terminated"] | d["truncated"],'),
     Mutation("never-banned", "a misbehaving peer is never banned", "learner/gateway/registry.py",
              "_put_bounded(self.bans, identity, (time.monotonic() if now is None else now) + BAN_S)", "pass"),
     Mutation("unasked-report-accepted", "a step report for a group that was not asked for is accepted",
@@ -124,6 +123,17 @@ def run_tests(tree: Path, tests: list[str], timeout_s: float) -> tuple[str, floa
     return status, time.monotonic() - t0, (proc.stdout + proc.stderr)[-800:]
 
 
+def missing_targets(mutations: list[Mutation], root: Path) -> list[str]:
+    """A line for each mutation whose target string is not found exactly once in its file under `root`."""
+    lines = []
+    for mut in mutations:
+        path = root / mut.path
+        count = path.read_text().count(mut.old) if path.is_file() else 0
+        if count != 1:
+            lines.append(f"{mut.name:28s} TARGET MISSING ({count} matches of {mut.old!r} in {mut.path})")
+    return lines
+
+
 def failing_test(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("FAILED ") or line.startswith("ERROR "):
@@ -150,8 +160,12 @@ def main(argv=None) -> int:
     unknown = set(args.only or ()) - {m.name for m in pool}
     if unknown:
         parser.error(f"unknown mutations: {sorted(unknown)}")
+    missing = missing_targets(selected, ROOT)
+    if missing:
+        print("\n".join(missing) + "\nthe code moved: update MUTATIONS", file=sys.stderr)
+        return 2
 
-    missing, survivors, rows = [], [], []
+    survivors, rows = [], []
     with tempfile.TemporaryDirectory(prefix="mutations-") as tmp:
         tree = Path(tmp) / "repo"
         copy_tree(tree)
@@ -165,11 +179,6 @@ def main(argv=None) -> int:
         for mut in selected:
             target = tree / mut.path
             original = target.read_text()
-            count = original.count(mut.old)
-            if count != 1:
-                print(f"{mut.name:28s} TARGET MISSING ({count} matches of {mut.old!r} in {mut.path})", flush=True)
-                missing.append(mut.name)
-                continue
             target.write_text(original.replace(mut.old, mut.new))
             try:
                 status, secs, out = run_tests(tree, [*UNIT_TESTS, *mut.extra_tests], args.timeout)
@@ -184,9 +193,6 @@ def main(argv=None) -> int:
                   flush=True)
             rows.append((mut.name, caught))
     print(f"\n{len(survivors)} of {len(rows)} mutations survived" + (f": {', '.join(survivors)}" if survivors else ""))
-    if missing:
-        print(f"TARGET MISSING for {', '.join(missing)}: the code moved; update MUTATIONS")
-        return 2
     return 0
 
 
