@@ -171,7 +171,7 @@ class Collector:
 
     def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
         rows = None if self.rows_for is None else self.rows_for(len(slots))
-        return RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
+        return RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
 
     @staticmethod
     def _mark_fresh(w: Waiting) -> None:

@@ -151,7 +151,7 @@ class CollectorPool(Collection):
             return None
         shards = [d.shard for d in done]
         if not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
-            rows = self.rows.take(sum(len(s.slots) for s in shards))[1]
+            rows = self.rows.take(sum(len(s.columns.slots) for s in shards))[1]
         self.rollouts += 1
         for shard in shards:
             for ret, length in shard.episodes:
