@@ -47,7 +47,7 @@ def test_runs_and_updates_that_cannot_work_are_named():
 def test_only_silence_while_the_learner_listens_counts():
     registry = ActorRegistry()
     ghost = registry.join(b"ghost", "ghost", 2, 1, None)
-    ghost.owes = {0}  # its first report
+    ghost.turns.owes = {0}  # its first report
     now = ghost.last_seen
     registry.deaf(100.0)  # an update of 100 s: nobody's silence
     assert registry.overdue(2.0, now + 101.0) == []

@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
-from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Offer, env_seed
+from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Listen, Offer, env_seed
 from protocol import messages as m
 from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
@@ -22,7 +22,7 @@ def wire():
     """A gateway and a connected DEALER over inproc: a sent message is queued as soon as send returns."""
     ctx = zmq.Context()
     address = f"inproc://gateway-test-{uuid.uuid4().hex}"
-    gateway = Gateway(ctx, address, Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"), 64 << 20)
+    gateway = Gateway(Listen(ctx, address, 64 << 20), Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"))
 
     def peer():
         sock = ctx.socket(zmq.DEALER)
@@ -142,7 +142,7 @@ def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_report
     join(gateway, actor, num_envs=2)
     actor.send_multipart(step(0, 1))
     (item,) = gateway.poll(1000)
-    item.actor.owes.discard(0)  # what the collector does with a report
+    item.actor.turns.owes.discard(0)  # what the collector does with a report
     item.actor.last_seen -= 10  # the report arrived 10 s ago; the learner was busy since
     gateway.send_actions(item.actor, 0, np.zeros(2, np.int64), 0)
     gateway.check_liveness(2.0)
@@ -160,8 +160,8 @@ class Loopback:
 
     def __init__(self):
         self.ctx = zmq.Context()
-        self.gateway = Gateway(self.ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"),
-                               1 << 20)
+        self.gateway = Gateway(Listen(self.ctx, "tcp://127.0.0.1:0", 1 << 20),
+                               Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"))
         self.admitted = []
 
     def peer(self, identity: bytes | None = None):
@@ -257,7 +257,7 @@ def test_starting_messages_are_signs_of_life_not_reports(loopback):
     entry = loopback.join(actor, groups=2)
     entry.last_seen -= 100  # silent for long enough to be retired ...
     actor.send_multipart(m.encode(m.Starting(1, 4)))  # ... but it says it is building its envs
-    loopback.drain(lambda: entry.prepared == (1, 4), "the Starting message")
+    loopback.drain(lambda: entry.turns.prepared == (1, 4), "the Starting message")
     gateway.check_liveness(10.0)
     assert entry.identity in gateway.registry and loopback.admitted == [] and gateway.rejected == 0
     assert "building its envs (1/4 built)" in gateway.describe()

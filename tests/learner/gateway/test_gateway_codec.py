@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from actor.runner import ActorOptions, Refused, _await_welcome
-from learner.gateway.gateway import Gateway, Offer
+from learner.gateway.gateway import Gateway, Listen, Offer
 from protocol import compression
 from protocol import messages as m
 from protocol.settings import EnvSettings
@@ -34,8 +34,8 @@ def _outward_ip() -> str | None:
 class Wire:
     def __init__(self, address: str, codec: str):
         self.ctx = zmq.Context()
-        self.gateway = Gateway(self.ctx, address, Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"),
-                               64 << 20, codec=codec)
+        self.gateway = Gateway(Listen(self.ctx, address, 64 << 20),
+                               Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run", codec))
         self.admitted = []
 
     def peer(self):
