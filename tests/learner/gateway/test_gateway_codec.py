@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import zmq
 
+from actor import runner
 from actor.runner import ActorOptions, Refused, _await_welcome
 from learner.gateway.gateway import Gateway, Listen, Offer
 from protocol import compression
@@ -127,6 +128,6 @@ def test_an_actor_refuses_a_codec_it_did_not_offer():
         welcome = m.Welcome(0, [0, 1], [1, 2], {}, OBS, SpaceSpec(kind="discrete", n=4), codec="zstd")
         learner.send_multipart([identity, *m.encode(welcome)])
         with pytest.raises(Refused, match="did not offer"):
-            _await_welcome(actor, ActorOptions("inproc://codec-refusal", num_envs=2, codecs=[]))
+            _await_welcome(actor, ActorOptions("inproc://codec-refusal", num_envs=2, wire=runner.Wire(codecs=[])))
     finally:
         ctx.destroy(linger=0)
