@@ -1,6 +1,6 @@
 """Mutation spot-check (issue 11): apply realistic one-line bugs, one at a time, and see which the tests catch.
 
-Each mutation is an exact string replacement in one file of a temporary copy of the repository (the
+Each mutation (listed in benchmarks/mutations.toml) is an exact string replacement in one file of a temporary copy of the repository (the
 working tree is never modified). The copy holds the working tree's tracked and untracked-but-not-ignored
 files, so uncommitted edits are checked too. For every mutation the unit tests of tests/learner,
 tests/protocol and tests/actor (plus, for a mutation only an integration test can see, that one test) run with `-x -q`
@@ -24,13 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT_TESTS = ["tests/learner", "tests/protocol", "tests/actor"]
-LAG_TEST = "tests/integration/test_policy_lag.py"  # ~20 s: a real learner, the test as its actor
-RESUME_TEST = "tests/integration/test_resume.py"
+TABLE = Path(__file__).with_suffix(".toml")  # the mutations, as data
 
 
 @dataclass(frozen=True)
@@ -43,51 +43,20 @@ class Mutation:
     extra_tests: tuple[str, ...] = ()  # specific tests outside UNIT_TESTS (only where nothing cheaper can catch it)
 
 
-MUTATIONS = [
-    Mutation("no-zero-grad", "gradients accumulate across minibatches", "learner/update/ppo.py",
-             "self.optimizer.zero_grad(set_to_none=True)", "pass"),
-    Mutation("no-shuffle", "minibatches are never shuffled", "learner/update/ppo.py",
-             "perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)",
-             "perm = torch.arange(n, device=obs.device)"),
-    Mutation("gaussian-std-1", "the Gaussian policy samples with std 1, ignoring its log-std", "learner/model/networks.py",
-             "return mean + self.log_std.exp() * noise.to(mean.device)", "return mean + noise.to(mean.device)"),
-    Mutation("greedy-argmin", "greedy evaluation takes the least likely action", "learner/model/networks.py",
-             "return logp.argmax(-1)", "return logp.argmin(-1)"),
-    Mutation("box-unclipped", "Box actions reach env.step unclipped", "actor/runner.py",
-             "actions = np.clip(actions, self.low, self.high)", "actions = actions"),
-    Mutation("bootstrap-updates-obs-norm", "bootstrap observations update the observation normalizer",
-             "learner/collection/inference.py", "else obs, update_stats=False)", "else obs, update_stats=True)"),
-    Mutation("truncation-as-termination", "the learner loop treats truncations as terminations", "learner/advantages/batch.py",
-             'd["next_values"], d["terminated"],', 'd["next_values"], d["terminated"] | d["truncated"],'),
-    Mutation("never-banned", "a misbehaving peer is never banned", "learner/gateway/registry.py",
-             "_put_bounded(self.bans, identity, (time.monotonic() if now is None else now) + BAN_S)", "pass"),
-    Mutation("unasked-report-accepted", "a step report for a group that was not asked for is accepted",
-             "learner/gateway/registry.py", "return None if g in self.owes else", "return None if True else"),
-    Mutation("first-report-twice", "a second first report for a group is accepted", "learner/gateway/registry.py",
-             'return f"a second first report for group {g}" if g in self.started else None', "return None"),
-    Mutation("resize-not-area", "frames are resized with another interpolation than INTER_AREA",
-             "actor/wrappers.py", "interpolation=cv2.INTER_AREA)", "interpolation=cv2.INTER_LINEAR)"),
-]
+def load(table: Path, kind: str) -> list[Mutation]:
+    """The [[kind]] entries of `table`: each with name, what, path, old and new, and optionally tests."""
+    entries = tomllib.loads(table.read_text()).get(kind, [])
+    keys = {"name", "what", "path", "old", "new"}
+    for i, e in enumerate(entries):
+        if not keys <= set(e) <= keys | {"tests"}:
+            raise SystemExit(f"{table.name}: [[{kind}]] {i + 1} has keys {sorted(e)}; wanted {sorted(keys)} (and tests)")
+    return [Mutation(e["name"], e["what"], e["path"], e["old"], e["new"], tuple(e.get("tests", ()))) for e in entries]
 
+
+MUTATIONS = load(TABLE, "mutation")
 # Not among issue 11's ten: bugs that only an integration test can see (run with --extra; each costs the
 # unit suite plus the named integration test).
-EXTRA_MUTATIONS = [
-    Mutation("lag-single-buffer", "policy lag: the next rollout is collected into the buffer being trained on",
-             "learner/collection/collector.py", "reuse = self._older if self.double_buffer else self.buffer",
-             "reuse = self.buffer", (LAG_TEST,)),
-    Mutation("lag-no-copy", "policy lag: actors are served by the model being trained", "learner/main.py",
-             "Inference(copy.deepcopy(model) if self.lagged else model,", "Inference(model,", (LAG_TEST,)),
-    Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/collection/inference.py",
-             "self.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
-    Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/checkpointing.py",
-             'updater.load_state_dict(saved["updater"])', "pass", (RESUME_TEST,)),
-    Mutation("resume-no-obs-norm", "a resume starts fresh observation statistics", "learner/checkpointing.py",
-             'obs_norm.load_state_dict(saved["obs_norm"])', "pass", (RESUME_TEST,)),
-    Mutation("resume-clock-reset", "a resume restarts elapsed_s from 0", "learner/checkpointing.py",
-             "self.state.update({k: saved[k] for k in self.state})",
-             'self.state.update({**{k: saved[k] for k in self.state}, "elapsed_s": 0.0})',
-             (RESUME_TEST,)),
-]
+EXTRA_MUTATIONS = load(TABLE, "extra")
 
 
 def copy_tree(dest: Path) -> None:

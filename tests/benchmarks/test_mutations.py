@@ -2,6 +2,8 @@
 one that does not is named, with exit code 2, before any test run."""
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import mutations
 from benchmarks.mutations import EXTRA_MUTATIONS, MUTATIONS, missing_targets
 
@@ -20,3 +22,12 @@ def test_a_target_not_found_fails_at_once_naming_the_mutation_its_file_and_the_s
     assert err[1].split() == ["greedy-argmin", "TARGET", "MISSING", "(2", "matches", "of", "'return", "logp.argmax(-1)'",
                               "in", "learner/model/networks.py)"]
     assert err[2] == "the code moved: update MUTATIONS"
+
+
+def test_an_entry_of_the_table_without_a_key_it_needs_is_one_line_naming_it(tmp_path):
+    table = tmp_path / "mutations.toml"
+    table.write_text("[[mutation]]\nname = 'a'\nwhat = 'b'\npath = 'c'\nold = 'd'\n")
+    with pytest.raises(SystemExit) as stop:
+        mutations.load(table, "mutation")
+    assert str(stop.value) == ("mutations.toml: [[mutation]] 1 has keys ['name', 'old', 'path', 'what']; wanted "
+                               "['name', 'new', 'old', 'path', 'what'] (and tests)")
