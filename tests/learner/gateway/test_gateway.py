@@ -13,6 +13,7 @@ from protocol import messages as m
 from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
+from tests.learner.gateway.loopback import GatewayOnSocket
 
 OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")  # large enough for a frame of its own
 
@@ -155,39 +156,17 @@ def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_report
 VEC = SpaceSpec(kind="box", shape=(3,), dtype="float32")
 
 
-class Loopback:
+class Loopback(GatewayOnSocket):
     """A gateway on loopback TCP, connected DEALER peers, and everything the gateway admitted so far."""
 
     def __init__(self):
-        self.ctx = zmq.Context()
-        self.gateway = Gateway(Listen(self.ctx, "tcp://127.0.0.1:0", 1 << 20),
-                               Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"))
-        self.admitted = []
-
-    def peer(self, identity: bytes | None = None):
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if identity is not None:
-            sock.setsockopt(zmq.IDENTITY, identity)
-        sock.connect(self.gateway.endpoint)
-        return sock
-
-    def drain(self, condition, what: str, timeout: float = 10.0) -> None:
-        """Poll the gateway until condition() holds (messages over TCP may arrive in several batches)."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            self.admitted.extend(self.gateway.poll(50))
+        super().__init__(Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"))
 
     def join(self, sock, groups: int = 1):
         sock.send_multipart(m.encode(m.Handshake(2 * groups, "a", groups=groups)))
         self.drain(lambda: len(self.gateway.registry) == 1, "the handshake")
         assert isinstance(m.decode(sock.recv_multipart()), m.Welcome)
         return next(iter(self.gateway.registry.by_identity.values()))
-
-    def close(self):
-        self.gateway.sock.close(linger=0)
-        self.ctx.destroy(linger=0)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ compressed frame costs its sender its slots and nobody else."""
 from __future__ import annotations
 
 import socket
-import time
 
 import numpy as np
 import pytest
@@ -12,11 +11,12 @@ import zmq
 
 from actor import runner
 from actor.runner import ActorOptions, Refused, _await_welcome
-from learner.gateway.gateway import Gateway, Listen, Offer
+from learner.gateway.gateway import Offer
 from protocol import compression
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
+from tests.learner.gateway.loopback import GatewayOnSocket
 
 OBS = SpaceSpec(kind="box", shape=(84, 84), dtype="uint8")
 
@@ -32,24 +32,10 @@ def _outward_ip() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
-class Wire:
+class Wire(GatewayOnSocket):
     def __init__(self, address: str, codec: str):
-        self.ctx = zmq.Context()
-        self.gateway = Gateway(Listen(self.ctx, address, 64 << 20),
-                               Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run", codec))
-        self.admitted = []
-
-    def peer(self):
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(self.gateway.endpoint)
-        return sock
-
-    def drain(self, condition, what: str, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            self.admitted.extend(self.gateway.poll(50))
+        super().__init__(Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run", codec), address,
+                         64 << 20)
 
     def join(self, sock, codecs) -> m.Welcome:
         before = len(self.gateway.registry)
@@ -58,10 +44,6 @@ class Wire:
         welcome = m.decode(sock.recv_multipart())
         assert isinstance(welcome, m.Welcome), welcome
         return welcome
-
-    def close(self):
-        self.gateway.sock.close(linger=0)
-        self.ctx.destroy(linger=0)
 
 
 @pytest.fixture
