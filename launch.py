@@ -205,14 +205,14 @@ def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pi
     leave_on_sigterm()  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
     name_process(name)
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from actor.runner import ActorOptions, run  # here, in the child: the launcher never imports the envs
+    from actor.runner import ActorOptions, Wire, run  # here, in the child: the launcher never imports the envs
     curve = None
     if keys:
         from protocol.security import ClientKeys  # here: zmq's CURVE, only when keys are given
         curve = ClientKeys.load(*keys)
     tell = (lambda reason: refusals.put((name, reason))) if refusals is not None else None
     sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
-                              curve=curve), on_refused=tell))
+                              wire=Wire(curve=curve)), on_refused=tell))
 
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:

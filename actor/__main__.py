@@ -52,10 +52,10 @@ def parse_args(argv=None):
         except (OSError, ValueError) as exc:
             p.error(f"cannot read keys: {exc}")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
-    from actor.runner import ActorOptions  # here: numpy, zmq, gymnasium under main's Ctrl-C guard
+    from actor.runner import ActorOptions, Deadlines, Wire  # here: numpy, zmq, gymnasium under main's Ctrl-C guard
     return ActorOptions(learner=args.learner, num_envs=args.envs, groups=args.groups, name=name,
-                        reconnect_s=args.reconnect_s, welcome_timeout_s=args.join_timeout_s,
-                        learner_timeout_s=args.learner_timeout_s, curve=curve)
+                        deadlines=Deadlines(args.reconnect_s, args.join_timeout_s, args.learner_timeout_s),
+                        wire=Wire(curve=curve))
 
 
 def main(argv=None) -> int:

@@ -55,6 +55,22 @@ class Redirected(Exception):
 
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """How long an actor waits on its learner."""
+    reconnect_s: float = 0.0  # keep trying to (re)join a learner this long; 0: exit when it goes away
+    welcome_timeout_s: float = 30.0
+    learner_timeout_s: float = 300.0  # no message from the learner this long while waiting for actions: it is gone
+
+
+@dataclass(frozen=True)
+class Wire:
+    """How an actor's messages travel: their size limit, CURVE keys, and the codecs it offers."""
+    max_message_mb: int = 64
+    curve: object = None  # protocol.security.ClientKeys, or None
+    codecs: list[str] = field(default_factory=compression.available)  # offered; the learner picks (or none)
+
+
 @dataclass
 class ActorOptions:
     learner: str
@@ -62,12 +78,8 @@ class ActorOptions:
     groups: int = 1
     name: str = ""
     parent_pid: int = 0  # exit when this process (launch.py) is gone
-    reconnect_s: float = 0.0  # keep trying to (re)join a learner this long; 0: exit when it goes away
-    welcome_timeout_s: float = 30.0
-    learner_timeout_s: float = 300.0  # no message from the learner this long while waiting for actions: it is gone
-    max_message_mb: int = 64
-    curve: object = None
-    codecs: list[str] = field(default_factory=compression.available)  # offered; the learner picks (or none)
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    wire: Wire = field(default_factory=Wire)
 
 
 class EnvGroup:
@@ -162,10 +174,10 @@ def _signal_name(exc: KeyboardInterrupt) -> str:
 def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None) -> str:
     """One connection to a learner (opts.learner, or the rank it redirected us to), from handshake to
     goodbye. Returns the goodbye reason. `envs` outlives the session."""
-    sock = connect_dealer(ctx, address or opts.learner, opts.max_message_mb << 20, curve=opts.curve)
+    sock = connect_dealer(ctx, address or opts.learner, opts.wire.max_message_mb << 20, curve=opts.wire.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     try:
-        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups, codecs=opts.codecs)))
+        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups, codecs=opts.wire.codecs)))
         welcome = _await_welcome(sock, opts)
         senders = [None if welcome.codec == compression.NONE else compression.Sender(welcome.codec)
                    for _ in range(opts.groups)]
@@ -178,7 +190,7 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
         expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=welcome.obs_space.shape,
                           obs_dtype=welcome.obs_space.dtype, action_shape=space.shape,
                           action_dtype="int64" if space.kind == "discrete" else "float32",
-                          max_bytes=opts.max_message_mb << 20)
+                          max_bytes=opts.wire.max_message_mb << 20)
         log.info("actor %s joined as id %d with slots %s (frames: %s)", opts.name, welcome.actor_id, welcome.slots,
                  welcome.codec)
         for g, group in enumerate(envs.groups):
@@ -266,8 +278,8 @@ def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expec
         if sock not in events:  # messages first: a goodbye and the disconnect can arrive together
             if monitor in events:
                 raise LearnerGone("connection to the learner lost")
-            if time.monotonic() - last_heard > opts.learner_timeout_s:
-                raise LearnerGone(f"no message from the learner for {opts.learner_timeout_s:g}s")
+            if time.monotonic() - last_heard > opts.deadlines.learner_timeout_s:
+                raise LearnerGone(f"no message from the learner for {opts.deadlines.learner_timeout_s:g}s")
             continue
         last_heard = time.monotonic()
         msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
@@ -282,7 +294,7 @@ def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expec
 
 
 def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
-    deadline = time.monotonic() + opts.welcome_timeout_s
+    deadline = time.monotonic() + opts.deadlines.welcome_timeout_s
     while time.monotonic() < deadline:
         if not parent_alive(opts.parent_pid):
             raise LearnerGone("launcher gone before the learner answered")
@@ -293,16 +305,16 @@ def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
         if isinstance(msg, m.Welcome):
             if len(msg.slots) != opts.num_envs:
                 raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {opts.num_envs} envs")
-            if msg.codec != compression.NONE and msg.codec not in opts.codecs:
+            if msg.codec != compression.NONE and msg.codec not in opts.wire.codecs:
                 raise Refused(f"the learner picked frame codec {msg.codec!r:.20}, which this actor did not offer "
-                              f"({opts.codecs})")
+                              f"({opts.wire.codecs})")
             return msg
         if isinstance(msg, m.Error):  # "rejoin" before a welcome: full for now, ask again later
             raise Busy(msg.reason) if msg.rejoin else Refused(msg.reason)
         if isinstance(msg, m.Redirect):
             raise Redirected(msg.address, msg.reason)
     raise LearnerGone(f"no answer from {sock.getsockopt_string(zmq.LAST_ENDPOINT) or opts.learner} within "
-                      f"{opts.welcome_timeout_s:g}s")
+                      f"{opts.deadlines.welcome_timeout_s:g}s")
 
 
 def _ask_again_later(opts: ActorOptions, exc: Busy, busy_since: float, backoff: float) -> bool:
@@ -327,7 +339,7 @@ def run(opts: ActorOptions, on_refused=None) -> int:
     envs = ActorEnvs()  # built once, kept across rejoins
     backoff, gone_since, address, answered, busy_since = 0.5, None, None, False, None
     log.info("actor %s: connecting to %s (giving up if no learner answers within %gs)", opts.name, opts.learner,
-             opts.welcome_timeout_s)
+             opts.deadlines.welcome_timeout_s)
     try:
         while True:
             joined = []
@@ -363,7 +375,7 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                               "RUN_DIR/endpoints.json); exiting", opts.name, exc)
                     return 1
                 gone_since = gone_since or time.monotonic()
-                if time.monotonic() - gone_since > opts.reconnect_s or not parent_alive(opts.parent_pid):
+                if time.monotonic() - gone_since > opts.deadlines.reconnect_s or not parent_alive(opts.parent_pid):
                     log.error("actor %s: %s; exiting", opts.name, exc)
                     return 1
                 log.warning("actor %s: %s; reconnecting in %.1fs", opts.name, exc, backoff)

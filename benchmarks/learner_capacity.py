@@ -45,6 +45,7 @@ for _path in (REPO, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from cli import add_cluster_flags, add_out, parser  # noqa: E402
 from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
 from protocol.processes import parent_alive  # noqa: E402
 
@@ -225,12 +226,13 @@ def _wait_for(predicate, timeout: float, what: str, proc, run_dir: Path):
 # ----------------------------------------------------------------------------------------------- report
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
+    add_cluster_flags(p, "synthetic actor processes, 2 groups each", "none",
+                      "cluster.codec values, comma-separated, e.g. none,zstd")
     p.add_argument("--config", default="configs/breakout.toml", help="learner config (default: %(default)s)")
     p.add_argument("--envs-per-message", default="8,16,32", help="comma-separated (default: %(default)s)")
     p.add_argument("--policy", default="random", help="random, network, or both as random,network")
     p.add_argument("--collectors", default="1", help="cluster.collectors values, comma-separated (default: 1)")
-    p.add_argument("--actors", type=int, default=2, help="synthetic actor processes, 2 groups each (default: 2)")
     p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=1, help="rounds; rows report the median (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda (default: %(default)s)")
@@ -239,10 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "tcp on 127.0.0.1 (default: %(default)s)")
     p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
     p.add_argument("--row-timeout", type=float, default=120.0, help="a row without two rollouts by then fails")
-    p.add_argument("--codec", default="none", help="cluster.codec values, comma-separated, e.g. none,zstd "
-                   "(default: %(default)s)")
     p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
-    p.add_argument("--out", default=None, help="JSON output (default: none)")
+    add_out(p)
     return p
 
 

@@ -1,13 +1,14 @@
 """Mutation spot-check (issue 11): apply realistic one-line bugs, one at a time, and see which the tests catch.
 
-Each mutation is an exact string replacement in one file of a temporary copy of the repository (the
+Each mutation (listed in benchmarks/mutations.toml) is an exact string replacement in one file of a temporary copy of the repository (the
 working tree is never modified). The copy holds the working tree's tracked and untracked-but-not-ignored
 files, so uncommitted edits are checked too. For every mutation the unit tests of tests/learner,
 tests/protocol and tests/actor (plus, for a mutation only an integration test can see, that one test) run with `-x -q`
 under a per-mutation timeout; a mutation is *caught* when
-pytest fails, *survived* when it passes. A target string that is not found exactly once is reported as
-TARGET MISSING (the code moved: update the mutation) and makes the exit code 2; otherwise the exit code
-is 0 whatever survives.
+pytest fails, *survived* when it passes. Before anything runs, every selected mutation's target string is
+looked for: one not found exactly once is reported as TARGET MISSING, naming the mutation, its file and the
+string (the code moved: update the mutation), and the exit code is 2 without a test run; otherwise the exit
+code is 0 whatever survives.
 
     python benchmarks/mutations.py                 # all mutations (~1 min each on 2 cores when survived)
     python benchmarks/mutations.py --only no-zero-grad greedy-argmin
@@ -23,13 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT_TESTS = ["tests/learner", "tests/protocol", "tests/actor"]
-LAG_TEST = "tests/integration/test_policy_lag.py"  # ~20 s: a real learner, the test as its actor
-RESUME_TEST = "tests/integration/test_resume.py"
+TABLE = Path(__file__).with_suffix(".toml")  # the mutations, as data
 
 
 @dataclass(frozen=True)
@@ -42,53 +43,20 @@ class Mutation:
     extra_tests: tuple[str, ...] = ()  # specific tests outside UNIT_TESTS (only where nothing cheaper can catch it)
 
 
-MUTATIONS = [
-    Mutation("no-zero-grad", "gradients accumulate across minibatches", "learner/update/ppo.py",
-             "self.optimizer.zero_grad(set_to_none=True)", "pass"),
-    Mutation("no-shuffle", "minibatches are never shuffled", "learner/update/ppo.py",
-             "perm = torch.randperm(n, generator=generator, device=perm_device).to(obs.device)",
-             "perm = torch.arange(n, device=obs.device)"),
-    Mutation("gaussian-std-1", "the Gaussian policy samples with std 1, ignoring its log-std", "learner/model/networks.py",
-             "return mean + self.log_std.exp() * noise.to(mean.device)", "return mean + noise.to(mean.device)"),
-    Mutation("greedy-argmin", "greedy evaluation takes the least likely action", "learner/model/networks.py",
-             "return logp.argmax(-1)", "return logp.argmin(-1)"),
-    Mutation("box-unclipped", "Box actions reach env.step unclipped", "actor/runner.py",
-             "actions = np.clip(actions, self.low, self.high)", "actions = actions"),
-    Mutation("bootstrap-updates-obs-norm", "bootstrap observations update the observation normalizer",
-             "learner/collection/inference.py", "x = self.prepare(obs, update_stats=False)",
-             "x = self.prepare(obs, update_stats=True)"),
-    Mutation("truncation-as-termination", "the learner loop treats truncations as terminations", "learner/advantages/batch.py",
-             "compute_gae(rewards, buf.values, buf.next_values, buf.terminated, dones,",
-             "compute_gae(rewards, buf.values, buf.next_values, dones, dones,"),
-    Mutation("never-banned", "a misbehaving peer is never banned", "learner/gateway/registry.py",
-             "_put_bounded(self.bans, identity, (time.monotonic() if now is None else now) + BAN_S)", "pass"),
-    Mutation("unasked-report-accepted", "a step report for a group that was not asked for is accepted",
-             "learner/gateway/registry.py", "return None if g in self.owes else", "return None if True else"),
-    Mutation("first-report-twice", "a second first report for a group is accepted", "learner/gateway/registry.py",
-             'return f"a second first report for group {g}" if g in self.started else None', "return None"),
-    Mutation("resize-not-area", "frames are resized with another interpolation than INTER_AREA",
-             "actor/wrappers.py", "interpolation=cv2.INTER_AREA)", "interpolation=cv2.INTER_LINEAR)"),
-]
+def load(table: Path, kind: str) -> list[Mutation]:
+    """The [[kind]] entries of `table`: each with name, what, path, old and new, and optionally tests."""
+    entries = tomllib.loads(table.read_text()).get(kind, [])
+    keys = {"name", "what", "path", "old", "new"}
+    for i, e in enumerate(entries):
+        if not keys <= set(e) <= keys | {"tests"}:
+            raise SystemExit(f"{table.name}: [[{kind}]] {i + 1} has keys {sorted(e)}; wanted {sorted(keys)} (and tests)")
+    return [Mutation(e["name"], e["what"], e["path"], e["old"], e["new"], tuple(e.get("tests", ()))) for e in entries]
 
+
+MUTATIONS = load(TABLE, "mutation")
 # Not among issue 11's ten: bugs that only an integration test can see (run with --extra; each costs the
 # unit suite plus the named integration test).
-EXTRA_MUTATIONS = [
-    Mutation("lag-single-buffer", "policy lag: the next rollout is collected into the buffer being trained on",
-             "learner/collection/collector.py", "reuse = self._older if self.policy_lag else self.buffer",
-             "reuse = self.buffer", (LAG_TEST,)),
-    Mutation("lag-no-copy", "policy lag: actors are served by the model being trained", "learner/main.py",
-             "Inference(copy.deepcopy(model) if self.has_policy_lag else model,", "Inference(model,", (LAG_TEST,)),
-    Mutation("lag-no-refresh", "policy lag: the served copy is never refreshed", "learner/collection/inference.py",
-             "self.model.load_state_dict(model.state_dict())", "pass", (LAG_TEST,)),
-    Mutation("resume-no-optimizer", "a resume starts a fresh optimizer", "learner/checkpointing.py",
-             'updater.load_state_dict(saved["updater"])', "pass", (RESUME_TEST,)),
-    Mutation("resume-no-obs-norm", "a resume starts fresh observation statistics", "learner/checkpointing.py",
-             'obs_norm.load_state_dict(saved["obs_norm"])', "pass", (RESUME_TEST,)),
-    Mutation("resume-clock-reset", "a resume restarts elapsed_s from 0", "learner/checkpointing.py",
-             "self.state.update({k: saved[k] for k in self.state})",
-             'self.state.update({**{k: saved[k] for k in self.state}, "elapsed_s": 0.0})',
-             (RESUME_TEST,)),
-]
+EXTRA_MUTATIONS = load(TABLE, "extra")
 
 
 def copy_tree(dest: Path) -> None:
@@ -124,6 +92,17 @@ def run_tests(tree: Path, tests: list[str], timeout_s: float) -> tuple[str, floa
     return status, time.monotonic() - t0, (proc.stdout + proc.stderr)[-800:]
 
 
+def missing_targets(mutations: list[Mutation], root: Path) -> list[str]:
+    """A line for each mutation whose target string is not found exactly once in its file under `root`."""
+    lines = []
+    for mut in mutations:
+        path = root / mut.path
+        count = path.read_text().count(mut.old) if path.is_file() else 0
+        if count != 1:
+            lines.append(f"{mut.name:28s} TARGET MISSING ({count} matches of {mut.old!r} in {mut.path})")
+    return lines
+
+
 def failing_test(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("FAILED ") or line.startswith("ERROR "):
@@ -150,8 +129,12 @@ def main(argv=None) -> int:
     unknown = set(args.only or ()) - {m.name for m in pool}
     if unknown:
         parser.error(f"unknown mutations: {sorted(unknown)}")
+    missing = missing_targets(selected, ROOT)
+    if missing:
+        print("\n".join(missing) + "\nthe code moved: update MUTATIONS", file=sys.stderr)
+        return 2
 
-    missing, survivors, rows = [], [], []
+    survivors, rows = [], []
     with tempfile.TemporaryDirectory(prefix="mutations-") as tmp:
         tree = Path(tmp) / "repo"
         copy_tree(tree)
@@ -165,11 +148,6 @@ def main(argv=None) -> int:
         for mut in selected:
             target = tree / mut.path
             original = target.read_text()
-            count = original.count(mut.old)
-            if count != 1:
-                print(f"{mut.name:28s} TARGET MISSING ({count} matches of {mut.old!r} in {mut.path})", flush=True)
-                missing.append(mut.name)
-                continue
             target.write_text(original.replace(mut.old, mut.new))
             try:
                 status, secs, out = run_tests(tree, [*UNIT_TESTS, *mut.extra_tests], args.timeout)
@@ -184,9 +162,6 @@ def main(argv=None) -> int:
                   flush=True)
             rows.append((mut.name, caught))
     print(f"\n{len(survivors)} of {len(rows)} mutations survived" + (f": {', '.join(survivors)}" if survivors else ""))
-    if missing:
-        print(f"TARGET MISSING for {', '.join(missing)}: the code moved; update MUTATIONS")
-        return 2
     return 0
 
 

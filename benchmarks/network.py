@@ -38,6 +38,7 @@ for _path in (REPO, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from cli import add_cluster_flags, add_out, parser  # noqa: E402
 from procfs import kill_group, last_metrics, tail, terminate  # noqa: E402
 
 GOAL_BYTES = 2000  # actor -> learner per agent step
@@ -351,18 +352,17 @@ def _verdict(goal: str, value, ok: bool, fmt: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
+    add_cluster_flags(p, "actor processes", "auto", "cluster.codec (auto: zstd over this link)")
     p.add_argument("--games", default="Pong,Breakout,SpaceInvaders", help="ALE games (default: %(default)s)")
     p.add_argument("--links", default="unlimited,100mbit,1gbit", help="tc tbf rates (default: %(default)s)")
     p.add_argument("--delays", default="", help="one-way delays in ms through the proxy, e.g. 5,20 (default: none)")
-    p.add_argument("--codec", default="auto", help="cluster.codec (default: %(default)s: zstd over this link)")
-    p.add_argument("--actors", type=int, default=2, help="actor processes (default: %(default)s)")
     p.add_argument("--envs", type=int, default=32, help="envs per actor (default: %(default)s)")
     p.add_argument("--groups", type=int, default=2, choices=(1, 2), help="env groups per actor (default: 2)")
     p.add_argument("--num-steps", type=int, default=16, help="ppo.num_steps: one metrics line per rollout")
     p.add_argument("--window", type=float, default=8.0, help="measured seconds per window (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of interleaved windows (default: %(default)s)")
-    p.add_argument("--out", default=None, help="JSON output (default: none)")
+    add_out(p)
     p.add_argument("--proxy", nargs=2, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)  # the proxy's own process
     return p
 

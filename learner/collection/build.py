@@ -15,7 +15,7 @@ from learner.config import Config
 from learner.collection.collector import Collector, CollectorSettings
 from learner.collection.inference import Inference
 from learner.gateway.admission import Admission
-from learner.gateway.gateway import Gateway, Offer
+from learner.gateway.gateway import Gateway, Listen, Offer
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
@@ -98,9 +98,9 @@ def assemble(run: RankContext, spaces: Spaces, layout: Layout, door: Door, servi
     registry = ActorRegistry(admission=door.admission)  # the gateway admits actors, the collector serves them
     redirect = door.redirect_for(registry)
     offer = Offer(spaces.actor_env, spaces.actor_obs_space, spaces.action_space, door.env_seed, run.generation,
-                  run.run_id)
-    gateway = Gateway(door.ctx, door.address, offer, c.max_message_mb << 20, curve=door.curve, registry=registry,
-                      redirect=redirect, wake=door.wake, codec=c.codec)
+                  run.run_id, c.codec)
+    listen = Listen(door.ctx, door.address, c.max_message_mb << 20, door.curve, door.wake)
+    gateway = Gateway(listen, offer, registry=registry, redirect=redirect)
     settings = collector_settings(run.cfg, torch.device(run.device), spaces.frame_stack, in_process)
     collector = Collector(gateway, registry, serving.policy, layout, settings, watchdog=serving.watchdog,
                           link=serving.link, rows_for=serving.rows_for)

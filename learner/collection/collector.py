@@ -20,6 +20,7 @@ import torch
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.holders import group_of, unfinished
 from learner.collection.observations import Observations, episodes_of
+from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Gateway
 from learner.collection.inference import Inference
@@ -76,7 +77,6 @@ class Collector:
         self.observations = Observations(s.frame_stack, in_place=policy.obs_norm is None)
         self.num_steps, self.device, self.layout = s.num_steps, device, layout
         self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
-        self.startup_timeout_s = s.startup_timeout_s  # 0: the first rollout waits for its actors for ever
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
         self.buffer: RolloutBuffer | None = None
@@ -90,6 +90,8 @@ class Collector:
         self.listened = None  # when the last poll ended (the gap to the next is the learner's, see _pump)
         self.watchdog = watchdog
         self.episodes = RecentEpisodes()
+        self.start_wait = StartWait(self.parked_slots, lambda: self._pump(100), self._waiting_on,
+                                    gateway.join_command, s.actor_timeout_s, s.startup_timeout_s)
 
     def parked_slots(self) -> int:
         return sum(len(w.slots) for w in self.parked.values())
@@ -114,7 +116,7 @@ class Collector:
         else:
             if min_envs == 0 and admit_first:
                 self._pump(100)  # admit handshakes and first reports before deciding who is in
-            if not self._await_envs(min_envs, should_stop):
+            if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
                 return None
             self._start_rollout()
         self.rollouts += 1
@@ -137,27 +139,6 @@ class Collector:
         log.warning("no step report for %.0fs; the rollout waits on %s (an actor silent for %gs is retired)",
                     time.monotonic() - self.heard, ", ".join(sorted(owing)), self.actor_timeout_s)
         self.heard = time.monotonic()
-
-    def _await_envs(self, need: int, should_stop) -> bool:
-        """Wait for `need` env slots ready to start a rollout, logging every actor_timeout_s. The first
-        rollout's wait ends the run (Stalled) past startup_timeout_s, saying who it waited on."""
-        start = said = time.monotonic()
-        while self.parked_slots() < need:
-            if should_stop():
-                return False
-            self._pump(100)
-            now = time.monotonic()
-            if self.rollouts == 0 and self.startup_timeout_s and now - start > self.startup_timeout_s:
-                raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
-                              f"(cluster.startup_timeout_s): {self._waiting_on(need)}")
-            if now - said >= self.actor_timeout_s:
-                said = now
-                log.warning("%s", self._waiting_line(need))
-        return True
-
-    def _waiting_line(self, need: int) -> str:
-        return (f"waiting for actors to start the {'first' if self.rollouts == 0 else 'next'} rollout: "
-                f"{self._waiting_on(need)}; to add one: {self.gateway.join_command(need - self.parked_slots())}")
 
     def _waiting_on(self, need: int) -> str:
         retired = self.gateway.retired
@@ -190,7 +171,7 @@ class Collector:
 
     def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
         rows = None if self.rows_for is None else self.rows_for(len(slots))
-        return RolloutBuffer(slots, self.num_steps, *self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
+        return RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
 
     @staticmethod
     def _mark_fresh(w: Waiting) -> None:

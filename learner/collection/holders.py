@@ -23,7 +23,7 @@ def unfinished(buf: RolloutBuffer, registry: ActorRegistry, waiting, parked) -> 
         if buf.dead[col] or buf.completed[col] >= buf.T:
             continue
         key, actor = group_of(registry, buf.slots[col]), actor_of(registry, buf.slots[col])
-        if actor is not None and key[1] in actor.owes:
+        if actor is not None and key[1] in actor.turns.owes:
             owing.add(f"{actor.name} group {key[1]}")
             continue
         where = ("waiting for inference" if key in waiting else

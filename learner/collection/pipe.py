@@ -15,6 +15,7 @@ clear error naming what came and what was expected.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import dataclass_transform
 
 from learner.collection.shard import Shard
 
@@ -23,53 +24,53 @@ class PipeError(Exception):
     """A message of a kind the receiver does not expect there."""
 
 
-@dataclass(frozen=True)
-class Know:
+@dataclass_transform(frozen_default=True)
+class Message:
+    """A message on the pipe: every subclass is a frozen dataclass of its annotated fields."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        dataclass(frozen=True)(cls)
+
+
+class Know(Message):
     collectors: list[str]      # every collector's advertised address, collector 0 first
     ranks: list[str] | None    # every learner rank's (rank 0 of several), else None
 
 
-@dataclass(frozen=True)
-class Collect:
+class Collect(Message):
     version: int                   # the weights to act with (loaded from SharedWeights when new)
     rank_slots: list[int] | None   # every rank's live env slots (collector 0 of rank 0 of several)
 
 
-@dataclass(frozen=True)
-class Rows:
+class Rows(Message):
     rows_id: int
     offset: int           # the collector's first column in them
     arrays: dict | None   # the shared arrays (None: the collector holds rows_id already)
     alive: set[int]       # the ids of the arrays the pool still has (the collector lets the others go)
 
 
-@dataclass(frozen=True)
-class Close:
-    pass
+class Close(Message):
+    """Goodbyes to the actors, then exit."""
 
 
-@dataclass(frozen=True)
-class Ready:
+class Ready(Message):
     endpoint: str
 
 
-@dataclass(frozen=True)
-class Width:
+class Width(Message):
     columns: int
 
 
-@dataclass(frozen=True)
-class Done:
+class Done(Message):
     shard: Shard
 
 
-@dataclass(frozen=True)
-class Stopped:
-    pass
+class Stopped(Message):
+    """Told to stop mid-rollout."""
 
 
-@dataclass(frozen=True)
-class Failed:
+class Failed(Message):
     text: str
 
 

@@ -21,6 +21,7 @@ from learner.collection.collection import Collection
 from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
 from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
 from learner.collection.shard import Shard, SharedRows, merge_shards
+from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.link import DeviceLink
@@ -61,7 +62,6 @@ class CollectorPool(Collection):
         self.layout, self.num_steps, self.link, self.watchdog = first.layout, num_steps, link, watchdog
         self.shared_rows = first.shared_rows
         c = first.run.cfg.cluster
-        self.actor_timeout_s, self.startup_timeout_s = c.actor_timeout_s, c.startup_timeout_s
         self.silent_s = max(SILENT_FLOOR_S, 2 * c.actor_timeout_s)  # see _check_alive
         self.board = torch.zeros(len(specs), BOARD_COLUMNS, dtype=torch.int64).share_memory_()
         self.halt = torch.zeros(1, dtype=torch.int8).share_memory_()
@@ -80,6 +80,8 @@ class CollectorPool(Collection):
         self.latest: dict[int, Shard] = {}
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
+        self.start_wait = StartWait(lambda: int(self.board[:, READY].sum()), lambda: self._watch(0.05),
+                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s)
         self.rows = SharedRows(num_steps, self.layout)  # where the collectors write their columns
         self.sent: list[set[int]] = [set() for _ in specs]  # ids of the row arrays each collector holds
         log.info("%d collector processes on %s", len(specs), ", ".join(self.endpoints))
@@ -134,7 +136,7 @@ class CollectorPool(Collection):
         self._send(0, Know(self.addresses, rank_addresses))
 
     def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
-        if not self._await_ready(min_envs, should_stop):
+        if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
             return None
         for k in range(len(self.conns)):
             self._send(k, Collect(version, self.rank_slots if k == 0 else None))
@@ -149,7 +151,7 @@ class CollectorPool(Collection):
             return None
         shards = [d.shard for d in done]
         if not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
-            rows = self.rows.take(sum(len(s.slots) for s in shards))[1]
+            rows = self.rows.take(sum(len(s.columns.slots) for s in shards))[1]
         self.rollouts += 1
         for shard in shards:
             for ret, length in shard.episodes:
@@ -168,25 +170,6 @@ class CollectorPool(Collection):
             self.sent[k] = (self.sent[k] & alive) | {rows_id}
             offset += widths[k]
         return rows
-
-    def _await_ready(self, need: int, should_stop) -> bool:
-        """Until the collectors together have `need` env slots ready (the first rollout's min_envs), saying
-        every actor_timeout_s what it waits for; past startup_timeout_s the first rollout's wait ends the run."""
-        start = said = time.monotonic()
-        while int(self.board[:, READY].sum()) < need:
-            if should_stop():
-                return False
-            self._watch(0.05)
-            now = time.monotonic()
-            if self.rollouts == 0 and self.startup_timeout_s and now - start > self.startup_timeout_s:
-                raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
-                              f"(cluster.startup_timeout_s): {self._ready_line(need)}")
-            if now - said >= self.actor_timeout_s:
-                said = now
-                log.warning("waiting for actors to start the %s rollout: %s; to add one: %s",
-                            "first" if self.rollouts == 0 else "next", self._ready_line(need),
-                            self.join_command(need - int(self.board[:, READY].sum())))
-        return True
 
     def _ready_line(self, need: int) -> str:
         ready = self.board[:, READY].tolist()

@@ -36,9 +36,9 @@ class SharedRows:
         return self.sets[i]
 
 
-@dataclass
-class Shard:
-    collector: int
+@dataclass(frozen=True)
+class Columns:
+    """The bookkeeping of one rollout's columns, copied from its RolloutBuffer (whose arrays are shared)."""
     slots: list[int]
     acted: list[int]
     completed: list[int]
@@ -46,6 +46,25 @@ class Shard:
     fresh: set[int]
     bootstrap_obs: dict           # column -> observation after step T-1
     final_obs: dict               # (t, column) -> last observation before a truncation
+
+    @classmethod
+    def of(cls, buf: RolloutBuffer) -> "Columns":
+        return cls(list(buf.slots), list(buf.acted), list(buf.completed), list(buf.dead), set(buf.fresh),
+                   dict(buf.bootstrap_obs), dict(buf.final_obs))
+
+    def write_into(self, buf: RolloutBuffer, start: int) -> None:
+        """Into `buf`'s columns from `start` on."""
+        end = start + len(self.slots)
+        buf.acted[start:end], buf.completed[start:end], buf.dead[start:end] = self.acted, self.completed, self.dead
+        buf.fresh.update(start + c for c in self.fresh)
+        buf.bootstrap_obs.update({start + c: np.asarray(o) for c, o in self.bootstrap_obs.items()})
+        buf.final_obs.update({(t, start + c): np.asarray(o) for (t, c), o in self.final_obs.items()})
+
+
+@dataclass
+class Shard:
+    collector: int
+    columns: Columns
     episodes: list = field(default_factory=list)  # (return, length) finished since the last shard, in order
     actors: int = 0               # connected now
     live_slots: int = 0           # env slots of the connected actors now
@@ -54,8 +73,7 @@ class Shard:
 
     @classmethod
     def of(cls, collector: int, buf: RolloutBuffer, **seen) -> "Shard":
-        return cls(collector, list(buf.slots), list(buf.acted), list(buf.completed), list(buf.dead), set(buf.fresh), dict(buf.bootstrap_obs),
-                   dict(buf.final_obs), **seen)
+        return cls(collector, Columns.of(buf), **seen)
 
 
 def merged_slot(collector: int, slot: int) -> int:
@@ -65,14 +83,10 @@ def merged_slot(collector: int, slot: int) -> int:
 
 def merge_shards(shards: list[Shard], num_steps: int, layout: Layout, device, link, rows: dict) -> RolloutBuffer:
     """One rollout over `rows` (which the shards' collectors filled, side by side in shard order)."""
-    slots = [merged_slot(s.collector, slot) for s in shards for slot in s.slots]
-    buf = RolloutBuffer(slots, num_steps, *layout, device, link=link, rows=rows)
+    slots = [merged_slot(s.collector, slot) for s in shards for slot in s.columns.slots]
+    buf = RolloutBuffer(slots, num_steps, layout, device, link=link, rows=rows)
     start = 0
     for shard in shards:
-        end = start + len(shard.slots)
-        buf.acted[start:end], buf.completed[start:end], buf.dead[start:end] = shard.acted, shard.completed, shard.dead
-        buf.fresh.update(start + c for c in shard.fresh)
-        buf.bootstrap_obs.update({start + c: np.asarray(o) for c, o in shard.bootstrap_obs.items()})
-        buf.final_obs.update({(t, start + c): np.asarray(o) for (t, c), o in shard.final_obs.items()})
-        start = end
+        shard.columns.write_into(buf, start)
+        start += len(shard.columns.slots)
     return buf

@@ -57,29 +57,38 @@ class Offer:
     run_seed: int
     generation: int
     run_id: str
+    codec: str = "auto"  # cluster.codec: how its frames travel, picked from those it offers (protocol/compression.py)
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where and how the gateway's socket listens."""
+    ctx: zmq.Context
+    address: str             # where to bind (port 0: any free one)
+    max_bytes: int           # the largest message a peer may send
+    curve: object | None = None  # protocol.security.ServerKeys, or None
+    wake: int | None = None  # a file descriptor whose input ends a poll's wait too (a collector process's pipe)
 
 
 class Gateway:
-    def __init__(self, ctx: zmq.Context, address: str, offer: Offer, max_bytes: int, curve=None,
-                 registry: ActorRegistry | None = None, redirect: Callable[[int], str | None] | None = None,
-                 wake: int | None = None, codec: str = "auto"):
+    def __init__(self, listen: Listen, offer: Offer, registry: ActorRegistry | None = None,
+                 redirect: Callable[[int], str | None] | None = None):
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
         of a multi-rank learner or collector 0 of several, names the address a joiner should go to instead
-        (the least loaded rank or collector; None: stay here). `wake`: a file descriptor whose input ends a
-        poll's wait too (a collector process's pipe from the training process). `codec`: cluster.codec, how
-        actors' frames travel (protocol/compression.py)."""
-        self.sock, self.endpoint = bind_router(ctx, address, max_bytes, curve=curve)
+        (the least loaded rank or collector; None: stay here)."""
+        max_bytes, curve = listen.max_bytes, listen.curve
+        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
-        if wake is not None:
-            self._poller.register(wake, zmq.POLLIN)
+        if listen.wake is not None:
+            self._poller.register(listen.wake, zmq.POLLIN)
         self.registry = registry if registry is not None else ActorRegistry()
         self.redirect = redirect
         self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)
         self.settings, self.obs_space, self.action_space = offer.settings, offer.obs_space, offer.action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = (offer.run_seed, offer.generation, offer.run_id,
                                                                        max_bytes)
-        self.codec = codec
+        self.codec = offer.codec
         self.rejected = 0
         self.curved = curve is not None
         self.events: list[str] = []
@@ -151,9 +160,9 @@ class Gateway:
             return self._handshake(identity, msg, self._remote(frames[1]))
         if entry is None:
             return self._unknown(identity, msg)
-        if (why := entry.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
+        if (why := entry.turns.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
             return self._reject(identity, entry, f"out of turn: {why}")
-        entry.accept(msg)
+        entry.turns.accept(msg)
         self.registry.heard(entry)
         return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
 
@@ -226,7 +235,7 @@ class Gateway:
             self._reject(identity, None, f"handshake refused: {problem}")
             self._answer(identity, m.Error(problem))
             return None
-        entry.owes = set(range(hs.groups))
+        entry.turns.owes = set(range(hs.groups))
         seeds = [slot_env_seed(self.run_seed, s, self.generation, n) for s, n in zip(entry.slots, entry.reuses)]
         self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
                                        self.obs_space, self.action_space, self.run_id, codec))
@@ -235,9 +244,10 @@ class Gateway:
         return None
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
-        if not entry.owes:  # its silence counts from now: time the learner spent inferring is not the actor's
+        owes = entry.turns.owes
+        if not owes:  # its silence counts from now: time the learner spent inferring is not the actor's
             self.registry.heard(entry)
-        entry.owes.add(group)
+        owes.add(group)
         return self._send_frames(entry.identity, m.encode_actions(group, actions, version), entry)
 
     def _send(self, identity: bytes, msg, entry: ActorEntry | None = None) -> bool:
@@ -282,7 +292,7 @@ class Gateway:
         entries = sorted(self.registry.by_identity.values(), key=lambda e: e.actor_id)
         if not entries:
             return "no actor connected"
-        named = [f"{e.name} ({len(e.slots)} envs): {e.state()}" for e in entries[:limit]]
+        named = [f"{e.name} ({len(e.slots)} envs): {e.turns.state()}" for e in entries[:limit]]
         more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
         return f"{len(entries)} connected: " + "; ".join(named) + more
 

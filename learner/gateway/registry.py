@@ -18,30 +18,15 @@ PAUSE_S = 0.25  # a gap this long between two polls is the learner's own pause (
 
 
 @dataclass
-class ActorEntry:
-    identity: bytes
-    actor_id: int
-    name: str
-    slots: list[int]
+class Turns:
+    """Where an actor stands in the protocol, group by group: what it may send next (`out_of_turn`)."""
     groups: int
-    expect: Expect
-    last_seen: float = field(default_factory=time.monotonic)
-    deaf_at_seen: float = 0.0  # the registry's deaf_s when last_seen was set
     owes: set = field(default_factory=set)  # groups that owe a report: their first, or the outcome of actions
     started: set = field(default_factory=set)  # groups whose first report has arrived
     prepared: tuple[int, int] | None = None  # (envs built, envs in all) from its last Starting message
-    reuses: list[int] = field(default_factory=list)  # per slot: how many actors held it before this one
-
-    @property
-    def group_size(self) -> int:
-        return len(self.slots) // self.groups
-
-    def group_slots(self, group: int) -> list[int]:
-        k = self.group_size
-        return self.slots[group * k:(group + 1) * k]
 
     def out_of_turn(self, msg) -> str | None:
-        """Why this actor may not send `msg` now (None: it may). The protocol, per group: one first report
+        """Why the actor may not send `msg` now (None: it may). The protocol, per group: one first report
         after the Welcome, then exactly one outcome per Actions message; Starting only while some group
         has not sent its first report; Goodbye or Error at any time."""
         if isinstance(msg, m.StepReport):
@@ -66,11 +51,38 @@ class ActorEntry:
             self.prepared = (msg.built, msg.total)
 
     def state(self) -> str:
-        """Where this actor stands at start-up, for the learner's log."""
+        """Where the actor stands at start-up, for the learner's log."""
         if len(self.started) == self.groups:
             return "ready"
         built = f" ({self.prepared[0]}/{self.prepared[1]} built)" if self.prepared else ""
         return f"building its envs{built}"
+
+
+@dataclass
+class ActorEntry:
+    """A connected actor: who it is, its env slots, what its messages must look like (`expect`), where it
+    stands in the protocol (`turns`) and when it was last heard (kept by the registry: see silence)."""
+    identity: bytes
+    actor_id: int
+    name: str
+    slots: list[int]
+    groups: int
+    expect: Expect
+    reuses: list[int] = field(default_factory=list)  # per slot: how many actors held it before this one
+    turns: Turns = field(init=False)
+    last_seen: float = field(init=False, default_factory=time.monotonic)
+    deaf_at_seen: float = field(init=False, default=0.0)  # the registry's deaf_s when last_seen was set
+
+    def __post_init__(self):
+        self.turns = Turns(self.groups)
+
+    @property
+    def group_size(self) -> int:
+        return len(self.slots) // self.groups
+
+    def group_slots(self, group: int) -> list[int]:
+        k = self.group_size
+        return self.slots[group * k:(group + 1) * k]
 
 
 class ActorRegistry:
@@ -167,7 +179,7 @@ class ActorRegistry:
         """Peers that owe a message (a report, or their first) and were silent for timeout_s of the learner's
         listening: a peer's own silence, whatever the learner's pauses, and only its own."""
         now = time.monotonic() if now is None else now
-        return [a for a in self.by_identity.values() if a.owes and self.silence(a, now) > timeout_s]
+        return [a for a in self.by_identity.values() if a.turns.owes and self.silence(a, now) > timeout_s]
 
 
 def _put_bounded(table: OrderedDict, key, value) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 
 
@@ -19,11 +20,10 @@ PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "tr
 
 
 class RolloutBuffer:
-    def __init__(self, slots: list[int], num_steps: int, obs_shape: tuple, obs_dtype: torch.dtype,
-                 action_shape: tuple, action_dtype: torch.dtype, device: torch.device,
+    def __init__(self, slots: list[int], num_steps: int, layout: Layout, device: torch.device,
                  reuse: "RolloutBuffer | None" = None, link: DeviceLink | None = None,
                  rows: dict[str, torch.Tensor] | None = None):
-        """`rows`: the per-step arrays (PER_STEP names, shaped (T, N, ...)) to write into instead of fresh host
+        """`layout`: the observation's and the action's shape and dtype. `rows`: the per-step arrays (PER_STEP names, shaped (T, N, ...)) to write into instead of fresh host
         memory: a collector process's columns of the training process's shared rollout, or that whole rollout."""
         self.slots = list(slots)
         self.column = {slot: i for i, slot in enumerate(self.slots)}
@@ -31,14 +31,14 @@ class RolloutBuffer:
         self.T, self.N, self.device = T, N, torch.device(device)
         self.link = link or DeviceLink(device)
         host = self.link.host_tensor
-        shape = (T, N, *obs_shape)
+        shape = (T, N, *layout.obs_shape)
         if rows is not None:
             self.obs = rows["obs"]
-        elif reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == obs_dtype:
+        elif reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == layout.obs_dtype:
             self.obs = reuse.obs  # nobody reads the older rollout any more; rewriting in place saves page faults
         else:
-            self.obs = host(shape, obs_dtype)  # only read where valid_mask() holds
-        self.actions = host((T, N, *action_shape), action_dtype)
+            self.obs = host(shape, layout.obs_dtype)  # only read where valid_mask() holds
+        self.actions = host((T, N, *layout.action_shape), layout.action_dtype)
         self.logprobs = host((T, N), torch.float32)
         self.values = host((T, N), torch.float32)
         self.rewards = host((T, N), torch.float32)

@@ -20,7 +20,3 @@ class Layout:
         """From the env's spaces (protocol.spaces.SpaceSpec): float64 observations are kept as float32."""
         return cls(tuple(obs_space.shape), TORCH_DTYPES.get(obs_space.dtype, torch.float32),
                    tuple(action_space.shape), torch.long if action_space.kind == "discrete" else torch.float32)
-
-    def __iter__(self):
-        """The four fields in order, as RolloutBuffer takes them (`*layout`)."""
-        return iter((self.obs_shape, self.obs_dtype, self.action_shape, self.action_dtype))

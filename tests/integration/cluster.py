@@ -122,3 +122,40 @@ def session_pids(sid: int) -> list[int]:
 
 def assert_session_gone(sid: int, timeout: float = 10) -> None:
     wait_for(lambda: not session_pids(sid), timeout, f"every process of session {sid} to exit")
+
+
+def curve_keys(root: Path, allowed: tuple[str, ...], others: tuple[str, ...] = ()) -> dict[str, tuple[Path, Path]]:
+    """(public, secret) key files under root/keys, by name: the learner's, each of `allowed` (its public key
+    copied into root/allowed, the learner's allow-list) and each of `others` (valid pairs it does not know)."""
+    from protocol.security import generate_keypair
+    (root / "allowed").mkdir()
+    pairs = {name: generate_keypair(root / "keys", name) for name in ("learner", *allowed, *others)}
+    for name in allowed:
+        public = pairs[name][0]
+        (root / "allowed" / public.name).write_text(public.read_text())
+    return pairs
+
+
+def curve_settings(root: Path, pairs: dict[str, tuple[Path, Path]], client: str) -> list[str]:
+    """launch.py's --set flags for curve_keys(root, ...): the learner's secret key, its allow-list, and the key
+    pair `client` that the actors it starts use."""
+    return ["--set", f"cluster.server_key='{pairs['learner'][1]}'", "--set", f"cluster.allowed_keys='{root / 'allowed'}'",
+            "--set", f"cluster.client_key='{pairs[client][1]}'"]
+
+
+def finish_with_one_more_actor(proc: subprocess.Popen, run_dir: Path, *actor_args: str, before=None,
+                               timeout: float = 180) -> str:
+    """Start one more actor (`python -m actor --learner ADDRESS *actor_args`) once the run's address is known and
+    `before()` has returned, wait for the run to end by itself, and leave neither behind: the run's output."""
+    extra = None
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        if before is not None:
+            before()
+        extra = start_actor(address, *actor_args)
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if extra is not None:
+            kill_group(extra)
+        kill_group(proc)
+    return out

@@ -12,8 +12,8 @@ import signal
 import pytest
 import zmq
 
-from tests.integration.cluster import (alive, assert_session_gone, endpoints, kill_group, launch, metrics,
-                                       run_launch, start_actor, stop, wait_for)
+from tests.integration.cluster import (alive, assert_session_gone, curve_keys, curve_settings, endpoints, kill_group,
+                                       launch, metrics, run_launch, start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 TWO = ("--set", "cluster.collectors=2")
@@ -161,18 +161,11 @@ def test_two_learner_ranks_each_with_two_collectors(tmp_path):
 
 
 def test_curve_keys_guard_every_collector(tmp_path):
-    from protocol.security import generate_keypair
-    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
-    allowed.mkdir()
-    _, learner_secret = generate_keypair(keys, "learner")
-    own_public, own_secret = generate_keypair(keys, "own")
-    _, stranger_secret = generate_keypair(keys, "stranger")
-    (allowed / own_public.name).write_text(own_public.read_text())
+    pairs = curve_keys(tmp_path, allowed=("own",), others=("stranger",))
+    learner_secret, stranger_secret = pairs["learner"][1], pairs["stranger"][1]
     run_dir = tmp_path / "curve"
     proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
-                  "--total-steps", "10000000", "--set", "ppo.num_steps=32",
-                  "--set", f"cluster.server_key='{learner_secret}'", "--set", f"cluster.allowed_keys='{allowed}'",
-                  "--set", f"cluster.client_key='{own_secret}'")
+                  "--total-steps", "10000000", "--set", "ppo.num_steps=32", *curve_settings(tmp_path, pairs, "own"))
     try:
         wait_for(lambda: [r for r in metrics(run_dir) if r["actors"] == 2], 120, "both keyed actors in", proc)
         for collector in _collectors(run_dir):  # each collector's own socket refuses a key it does not know

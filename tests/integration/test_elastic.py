@@ -7,26 +7,18 @@ import signal
 
 import pytest
 
-from protocol.security import generate_keypair
-from tests.integration.cluster import (alive, assert_no_stragglers, endpoints, kill_group, launch, metrics, start_actor,
-                                      stop, wait_for)
+from tests.integration.cluster import (alive, assert_no_stragglers, curve_keys, curve_settings, endpoints, kill_group,
+                                      launch, metrics, start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 SMOKE = ("--config", "configs/smoke.toml", "--total-steps", "10000000")
 
 
 def test_only_allowed_keys_join_and_a_joiner_widens_the_rollout(tmp_path):
-    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
-    allowed.mkdir()
-    _, learner_secret = generate_keypair(keys, "learner")
-    own_public, own_secret = generate_keypair(keys, "own")
-    extra_public, extra_secret = generate_keypair(keys, "extra")
-    _, stranger_secret = generate_keypair(keys, "stranger")
-    for pub in (own_public, extra_public):
-        (allowed / pub.name).write_text(pub.read_text())
+    pairs = curve_keys(tmp_path, allowed=("own", "extra"), others=("stranger",))
+    learner_secret, extra_secret, stranger_secret = pairs["learner"][1], pairs["extra"][1], pairs["stranger"][1]
     run_dir = tmp_path / "curve"
-    proc = launch(*SMOKE, "--run-dir", str(run_dir), "--actors", "1", "--set", f"cluster.server_key='{learner_secret}'",
-                  "--set", f"cluster.allowed_keys='{allowed}'", "--set", f"cluster.client_key='{own_secret}'")
+    proc = launch(*SMOKE, "--run-dir", str(run_dir), "--actors", "1", *curve_settings(tmp_path, pairs, "own"))
     extra = None
     try:
         address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]

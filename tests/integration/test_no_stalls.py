@@ -8,7 +8,8 @@ import signal
 import pytest
 import torch
 
-from tests.integration.cluster import endpoints, kill_group, launch, metrics, run_launch, start_actor, stop, wait_for
+from tests.integration.cluster import (endpoints, finish_with_one_more_actor, kill_group, launch, metrics, run_launch,
+                                      start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 SMOKE = ("--config", "configs/smoke.toml")
@@ -54,15 +55,7 @@ def test_learning_rate_reaches_zero_with_more_envs_than_the_config_names(tmp_pat
     total = 1536
     proc = launch(*SMOKE, "--total-steps", str(total), "--run-dir", str(run_dir), "--actors", "1",
                   "--set", "cluster.min_envs=8")
-    extra = None
-    try:
-        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        extra = start_actor(address, "--envs", "6", "--name", "extra")
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if extra is not None:
-            kill_group(extra)
-        kill_group(proc)
+    out = finish_with_one_more_actor(proc, run_dir, "--envs", "6", "--name", "extra")
     assert proc.returncode == 0, out[-2000:]
     rows = metrics(run_dir)
     assert all(r["env_slots"] == 8 for r in rows)

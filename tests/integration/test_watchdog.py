@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.cluster import endpoints, kill_group, launch, start_actor, wait_for
+from tests.integration.cluster import finish_with_one_more_actor, launch, wait_for
 
 pytestmark = pytest.mark.integration
 WATCHDOG_S = 1.5
@@ -20,18 +20,10 @@ def test_the_collector_and_the_update_keep_the_watchdog_quiet(tmp_path, collecto
                   "--set", f"run.watchdog_s={WATCHDOG_S}", "--set", f"cluster.collective_timeout_s={WATCHDOG_S / 2}",
                   "--set", "model.hidden=512", "--set", "ppo.update_epochs=120",
                   "--set", f"cluster.collectors={collectors}")
-    other = None
-    try:
-        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        log = run_dir / "learner.log"
-        # logged after actor_timeout_s (3 s, twice the watchdog's) of waiting in the collector's loop
-        wait_for(lambda: "waiting for actors" in log.read_text(), 60, "the learner waiting for actors", proc)
-        other = start_actor(address, "--envs", "4", "--name", "late")
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if other is not None:
-            kill_group(other)
-        kill_group(proc)
+    log = run_dir / "learner.log"
+    # logged after actor_timeout_s (3 s, twice the watchdog's) of waiting in the collector's loop
+    out = finish_with_one_more_actor(proc, run_dir, "--envs", "4", "--name", "late", before=lambda: wait_for(
+        lambda: "waiting for actors" in log.read_text(), 60, "the learner waiting for actors", proc))
     text = (run_dir / "learner.log").read_text()
     assert "Timeout" not in text, text[-3000:]
     assert proc.returncode == 0, out[-2000:]

@@ -164,6 +164,13 @@ def _assert_value(a, b, where: str) -> None:
         assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
 
 
+def _fits(rows: np.ndarray, group: int, expect: m.Expect, shape: tuple, dtype: str) -> None:
+    """One group's rows of observations or actions, as negotiated with the actor (`expect`)."""
+    assert rows.shape == (expect.group_size, *shape)
+    assert rows.dtype.name == dtype
+    assert 0 <= group < expect.groups
+
+
 def check_invariants(msg, expect: m.Expect | None) -> None:
     """What any successfully decoded message guarantees its consumer (used by the fuzz tests)."""
     assert type(msg) in m.NAMES, type(msg)
@@ -197,15 +204,11 @@ def check_invariants(msg, expect: m.Expect | None) -> None:
             assert msg.final_obs is None or msg.final_obs.size == 0
         assert isinstance(msg.first, bool)
         if expect is not None:
-            assert msg.obs.shape == (expect.group_size, *expect.obs_shape)
-            assert msg.obs.dtype.name == expect.obs_dtype
-            assert 0 <= msg.group < expect.groups
+            _fits(msg.obs, msg.group, expect, expect.obs_shape, expect.obs_dtype)
     elif isinstance(msg, m.Actions):
         assert isinstance(msg.version, int)
         if expect is not None:
-            assert msg.actions.shape == (expect.group_size, *expect.action_shape)
-            assert msg.actions.dtype.name == expect.action_dtype
-            assert 0 <= msg.group < expect.groups
+            _fits(msg.actions, msg.group, expect, expect.action_shape, expect.action_dtype)
     elif isinstance(msg, m.Weights):
         assert isinstance(msg.version, int)
         assert all(isinstance(t, np.ndarray) for t in msg.tensors.values())

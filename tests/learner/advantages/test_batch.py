@@ -5,13 +5,14 @@ import torch
 from learner.advantages.batch import rollout_to_batch
 from learner.model.normalize import RewardScaler
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 
 GAMMA, LAM = 0.9, 0.8
 
 
 def filled_rollout(T=5, slots=(3, 7)):
     """Two columns; column 0 terminates at t=1, column 1 is truncated at t=2 (final obs value 50)."""
-    buf = RolloutBuffer(list(slots), T, (1,), torch.float32, (), torch.long, torch.device("cpu"))
+    buf = RolloutBuffer(list(slots), T, Layout((1,), torch.float32, (), torch.long), torch.device("cpu"))
     rng = np.random.default_rng(0)
     values = rng.normal(size=(T, 2)).astype(np.float32)
     rewards = rng.normal(size=(T, 2)).astype(np.float32)

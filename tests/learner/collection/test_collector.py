@@ -20,7 +20,7 @@ import zmq
 from learner.collection.collector import Collector, CollectorSettings
 from learner.rollout.layout import Layout
 from learner.config import ModelConfig
-from learner.gateway.gateway import Gateway, Offer
+from learner.gateway.gateway import Gateway, Listen, Offer
 from learner.gateway.registry import ActorRegistry
 from learner.model.networks import build_model
 from learner.collection.inference import Inference
@@ -98,8 +98,8 @@ class ForgetfulCollector(Collector):
 def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30):
     ctx = zmq.Context()
     registry = ActorRegistry()
-    gateway = Gateway(ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0, "run"), 1 << 20,
-                      registry=registry)
+    gateway = Gateway(Listen(ctx, "tcp://127.0.0.1:0", 1 << 20), Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0,
+                                                                       "run"), registry=registry)
     torch.manual_seed(0)
     model = build_model(OBS, ACT, ModelConfig(hidden=8))
     with torch.no_grad():

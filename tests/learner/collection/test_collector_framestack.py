@@ -19,7 +19,7 @@ import zmq
 from learner.collection.collector import Collector, CollectorSettings
 from learner.rollout.layout import Layout
 from learner.collection.inference import Inference
-from learner.gateway.gateway import Gateway, Offer
+from learner.gateway.gateway import Gateway, Listen, Offer
 from learner.gateway.registry import ActorRegistry
 from protocol import messages as m
 from protocol.settings import EnvSettings
@@ -130,8 +130,8 @@ def test_stacks_land_in_the_rollout_rows_exactly(mode):
     it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet)."""
     ctx = zmq.Context()
     registry = ActorRegistry()
-    gateway = Gateway(ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"),
-                      1 << 20, registry=registry)
+    gateway = Gateway(Listen(ctx, "tcp://127.0.0.1:0", 1 << 20),
+                      Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"), registry=registry)
     policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
     settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
                                  policy_lag=mode == "policy_lag", collect_only=mode == "collect_only")

@@ -1,13 +1,14 @@
 """The pipe between the training process and its collector processes speaks typed messages, checked at the
 boundary: anything else is one clear line."""
+import dataclasses
 import os
 
 import pytest
 import torch
 
 from learner.collection.build import RankContext, Spaces
-from learner.collection.pipe import (Close, Collect, Done, Failed, Know, PipeError, Ready, Rows, Width, check,
-                                     describe_failure)
+from learner.collection.pipe import (FROM_COLLECTOR, TO_COLLECTOR, Close, Collect, Done, Failed, Know, PipeError,
+                                     Ready, Rows, Width, check, describe_failure)
 from learner.collection.process import BOARD_COLUMNS, CollectorRole, CollectorSpec, collector_main
 from learner.config import from_dict
 from learner.main import probe_spaces
@@ -75,3 +76,10 @@ def test_a_collector_process_told_something_unknown_says_so_in_one_line_and_exit
         if proc.is_alive():
             proc.kill()
             proc.join(5)
+
+
+@pytest.mark.parametrize("kind", TO_COLLECTOR + FROM_COLLECTOR, ids=lambda k: k.__name__)
+def test_every_message_kind_is_a_frozen_dataclass_of_its_fields(kind):
+    assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen
+    fields = [f.name for f in dataclasses.fields(kind)]
+    assert fields == list(getattr(kind, "__annotations__", {}))

@@ -15,7 +15,7 @@ T, LAYOUT = 4, Layout((1,), torch.float32, (), torch.long)
 
 def shard_rollout(seed: int, n: int, rows=None) -> RolloutBuffer:
     """n columns with random values and rewards; column 0 truncated at t=1, the last one lost after 2 steps."""
-    buf = RolloutBuffer(list(range(n)), T, *LAYOUT, torch.device("cpu"), rows=rows)
+    buf = RolloutBuffer(list(range(n)), T, LAYOUT, torch.device("cpu"), rows=rows)
     rng = np.random.default_rng(seed)
     for t in range(T):
         cols = list(range(n)) if t < 2 else list(range(n - 1))

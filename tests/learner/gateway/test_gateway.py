@@ -8,12 +8,13 @@ import pytest
 import zmq
 
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
-from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Offer
+from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Listen, Offer
 from learner.seeds import slot_env_seed
 from protocol import messages as m
 from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
+from tests.learner.gateway.loopback import GatewayOnSocket
 
 OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")  # large enough for a frame of its own
 
@@ -23,7 +24,7 @@ def wire():
     """A gateway and a connected DEALER over inproc: a sent message is queued as soon as send returns."""
     ctx = zmq.Context()
     address = f"inproc://gateway-test-{uuid.uuid4().hex}"
-    gateway = Gateway(ctx, address, Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"), 64 << 20)
+    gateway = Gateway(Listen(ctx, address, 64 << 20), Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"))
 
     def peer():
         sock = ctx.socket(zmq.DEALER)
@@ -143,7 +144,7 @@ def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_report
     join(gateway, actor, num_envs=2)
     actor.send_multipart(step(0, 1))
     (item,) = gateway.poll(1000)
-    item.actor.owes.discard(0)  # what the collector does with a report
+    item.actor.turns.owes.discard(0)  # what the collector does with a report
     item.actor.last_seen -= 10  # the report arrived 10 s ago; the learner was busy since
     gateway.send_actions(item.actor, 0, np.zeros(2, np.int64), 0)
     gateway.check_liveness(2.0)
@@ -156,39 +157,17 @@ def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_report
 VEC = SpaceSpec(kind="box", shape=(3,), dtype="float32")
 
 
-class Loopback:
+class Loopback(GatewayOnSocket):
     """A gateway on loopback TCP, connected DEALER peers, and everything the gateway admitted so far."""
 
     def __init__(self):
-        self.ctx = zmq.Context()
-        self.gateway = Gateway(self.ctx, "tcp://127.0.0.1:0", Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"),
-                               1 << 20)
-        self.admitted = []
-
-    def peer(self, identity: bytes | None = None):
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if identity is not None:
-            sock.setsockopt(zmq.IDENTITY, identity)
-        sock.connect(self.gateway.endpoint)
-        return sock
-
-    def drain(self, condition, what: str, timeout: float = 10.0) -> None:
-        """Poll the gateway until condition() holds (messages over TCP may arrive in several batches)."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            self.admitted.extend(self.gateway.poll(50))
+        super().__init__(Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"))
 
     def join(self, sock, groups: int = 1):
         sock.send_multipart(m.encode(m.Handshake(2 * groups, "a", groups=groups)))
         self.drain(lambda: len(self.gateway.registry) == 1, "the handshake")
         assert isinstance(m.decode(sock.recv_multipart()), m.Welcome)
         return next(iter(self.gateway.registry.by_identity.values()))
-
-    def close(self):
-        self.gateway.sock.close(linger=0)
-        self.ctx.destroy(linger=0)
 
 
 @pytest.fixture
@@ -261,7 +240,7 @@ def test_starting_messages_are_signs_of_life_not_reports(loopback):
     entry = loopback.join(actor, groups=2)
     entry.last_seen -= 100  # silent for long enough to be retired ...
     actor.send_multipart(m.encode(m.Starting(1, 4)))  # ... but it says it is building its envs
-    loopback.drain(lambda: entry.prepared == (1, 4), "the Starting message")
+    loopback.drain(lambda: entry.turns.prepared == (1, 4), "the Starting message")
     gateway.check_liveness(10.0)
     assert entry.identity in gateway.registry and loopback.admitted == [] and gateway.rejected == 0
     assert "building its envs (1/4 built)" in gateway.describe()

@@ -4,18 +4,19 @@ compressed frame costs its sender its slots and nobody else."""
 from __future__ import annotations
 
 import socket
-import time
 
 import numpy as np
 import pytest
 import zmq
 
+from actor import runner
 from actor.runner import ActorOptions, Refused, _await_welcome
-from learner.gateway.gateway import Gateway, Offer
+from learner.gateway.gateway import Offer
 from protocol import compression
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
+from tests.learner.gateway.loopback import GatewayOnSocket
 
 OBS = SpaceSpec(kind="box", shape=(84, 84), dtype="uint8")
 
@@ -31,24 +32,10 @@ def _outward_ip() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
-class Wire:
+class Wire(GatewayOnSocket):
     def __init__(self, address: str, codec: str):
-        self.ctx = zmq.Context()
-        self.gateway = Gateway(self.ctx, address, Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run"),
-                               64 << 20, codec=codec)
-        self.admitted = []
-
-    def peer(self):
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(self.gateway.endpoint)
-        return sock
-
-    def drain(self, condition, what: str, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            self.admitted.extend(self.gateway.poll(50))
+        super().__init__(Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0, "run", codec), address,
+                         64 << 20)
 
     def join(self, sock, codecs) -> m.Welcome:
         before = len(self.gateway.registry)
@@ -57,10 +44,6 @@ class Wire:
         welcome = m.decode(sock.recv_multipart())
         assert isinstance(welcome, m.Welcome), welcome
         return welcome
-
-    def close(self):
-        self.gateway.sock.close(linger=0)
-        self.ctx.destroy(linger=0)
 
 
 @pytest.fixture
@@ -130,6 +113,6 @@ def test_an_actor_refuses_a_codec_it_did_not_offer():
         welcome = m.Welcome(0, [0, 1], [1, 2], {}, OBS, SpaceSpec(kind="discrete", n=4), codec="zstd")
         learner.send_multipart([identity, *m.encode(welcome)])
         with pytest.raises(Refused, match="did not offer"):
-            _await_welcome(actor, ActorOptions("inproc://codec-refusal", num_envs=2, codecs=[]))
+            _await_welcome(actor, ActorOptions("inproc://codec-refusal", num_envs=2, wire=runner.Wire(codecs=[])))
     finally:
         ctx.destroy(linger=0)

@@ -16,7 +16,7 @@ def report(group: int, first: bool = False) -> m.StepReport:
 def test_only_silence_while_the_learner_listens_counts():
     registry = ActorRegistry()
     ghost = registry.join(b"ghost", "ghost", 2, 1, None)
-    ghost.owes = {0}  # its first report
+    ghost.turns.owes = {0}  # its first report
     now = ghost.last_seen
     registry.deaf(100.0)  # an update of 100 s: nobody's silence
     assert registry.overdue(2.0, now + 101.0) == []
@@ -47,7 +47,7 @@ def test_each_group_sends_one_first_report_then_one_outcome_per_actions():
     assert entry.state() == "ready"
     assert entry.out_of_turn(report(0, first=True)) == "a second first report for group 0"
     assert entry.out_of_turn(report(1)) == "a step report for group 1 that was not sent actions"
-    entry.owes.add(1)  # the gateway sent group 1 its actions
+    entry.turns.owes.add(1)  # the gateway sent group 1 its actions
     assert entry.out_of_turn(report(1)) is None
     entry.accept(report(1))
     assert entry.out_of_turn(report(1)) == "a step report for group 1 that was not sent actions"

@@ -3,10 +3,12 @@ import numpy as np
 import torch
 
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 
+LAYOUT = Layout((2,), torch.float32, (), torch.long)
 
 def make(n=3, T=4):
-    return RolloutBuffer(list(range(10, 10 + n)), T, (2,), torch.float32, (), torch.long, torch.device("cpu"))
+    return RolloutBuffer(list(range(10, 10 + n)), T, LAYOUT, torch.device("cpu"))
 
 
 def step(buf, cols, t_obs_value, reward, term=False, trunc=False):
@@ -153,7 +155,7 @@ def test_host_device_copies_per_rollout_do_not_grow_with_the_messages():
     for T in (4, 32):
         link = DeviceLink("cpu")
         inference = Inference(model, act_space, torch.device("cpu"), None, seed=0, link=link)
-        buf = RolloutBuffer([0, 1, 2, 3], T, (2,), torch.float32, (), torch.long, torch.device("cpu"), link=link)
+        buf = RolloutBuffer([0, 1, 2, 3], T, LAYOUT, torch.device("cpu"), link=link)
         rng = np.random.default_rng(T)
         for t in range(T):
             obs = rng.standard_normal((4, 2)).astype(np.float32)

@@ -1,0 +1,41 @@
+"""The wait before a rollout starts, for its env slots: the same in the training process's collector
+(learner/collection/collector.py) and in the pool of collector processes (learner/collection/pool.py), which
+differ only in how they count the ready slots, listen meanwhile and say where the wait stands."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from learner.stalls import Stalled
+
+log = logging.getLogger("learner")
+
+
+class StartWait:
+    def __init__(self, ready: Callable[[], int], listen: Callable[[], None], where: Callable[[int], str],
+                 join_command: Callable[[int], str], actor_timeout_s: float, startup_timeout_s: float):
+        """`ready()`: the env slots ready now; `listen()`: one short pass of listening (joiners are admitted,
+        liveness checked); `where(need)`: what the wait stands at, for its log lines; `join_command(n)`: how to
+        add an actor of n envs. Every actor_timeout_s the wait says so; startup_timeout_s (0: none) ends the
+        first rollout's wait."""
+        self.ready, self.listen, self.where, self.join_command = ready, listen, where, join_command
+        self.actor_timeout_s, self.startup_timeout_s = actor_timeout_s, startup_timeout_s
+
+    def until(self, need: int, should_stop, first: bool) -> bool:
+        """Until `need` env slots are ready (True) or should_stop() (False). The `first` rollout's wait ends the
+        run (Stalled) past startup_timeout_s, saying what it waited on."""
+        start = said = time.monotonic()
+        while self.ready() < need:
+            if should_stop():
+                return False
+            self.listen()
+            now = time.monotonic()
+            if first and self.startup_timeout_s and now - start > self.startup_timeout_s:
+                raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
+                              f"(cluster.startup_timeout_s): {self.where(need)}")
+            if now - said >= self.actor_timeout_s:
+                said = now
+                log.warning("waiting for actors to start the %s rollout: %s; to add one: %s",
+                            "first" if first else "next", self.where(need), self.join_command(need - self.ready()))
+        return True
