@@ -7,6 +7,7 @@ import torch
 from learner.collection.holders import actor_of, group_of, unfinished
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 
 
 def test_a_slot_is_held_by_its_actor_and_the_group_its_position_says():
@@ -21,7 +22,7 @@ def test_each_unfinished_column_is_owed_by_a_group_or_named_with_where_it_stands
     registry = ActorRegistry()
     actor = registry.join(b"a", "alpha", 4, 2, None)  # slots 0, 1 (group 0) and 2, 3 (group 1)
     actor.turns.owes = {0}
-    buf = RolloutBuffer([0, 1, 2, 3, 7, 8], 2, (1,), torch.float32, (), torch.long, torch.device("cpu"))
+    buf = RolloutBuffer([0, 1, 2, 3, 7, 8], 2, Layout((1,), torch.float32, (), torch.long), torch.device("cpu"))
     buf.completed[3] = 2  # slot 3's column is done
     buf.mark_dead(5)  # slot 8's actor left: its column is cut, not waited on
     waiting = {(actor.actor_id, 1)}

@@ -8,6 +8,7 @@ import torch
 
 from learner.collection.observations import Observations, episodes_of
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 from protocol import messages as m
 
 FRAME = (2, 2)
@@ -27,7 +28,7 @@ def report(value, first=False, terminated=(False, False), truncated=(False, Fals
 
 def rollout(k: int) -> RolloutBuffer:
     shape = (k, *FRAME) if k > 1 else FRAME
-    return RolloutBuffer([5, 6], 3, shape, torch.uint8, (), torch.long, torch.device("cpu"))
+    return RolloutBuffer([5, 6], 3, Layout(shape, torch.uint8, (), torch.long), torch.device("cpu"))
 
 
 def test_without_frame_stacking_the_network_sees_the_frame_as_sent():

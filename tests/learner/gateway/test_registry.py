@@ -36,24 +36,24 @@ def test_slots_of_a_departed_actor_are_reused_lowest_first_and_counted():
 
 def test_each_group_sends_one_first_report_then_one_outcome_per_actions():
     entry = ActorRegistry().join(b"a", "a", 4, 2, None)
-    assert entry.group_slots(1) == [2, 3] and entry.state() == "building its envs"
-    assert entry.out_of_turn(report(0)) == "a step report for group 0 before its first report"
-    assert entry.out_of_turn(m.Starting(built=1, total=4)) is None
-    entry.accept(m.Starting(built=1, total=4))
-    assert entry.state() == "building its envs (1/4 built)"
+    assert entry.group_slots(1) == [2, 3] and entry.turns.state() == "building its envs"
+    assert entry.turns.out_of_turn(report(0)) == "a step report for group 0 before its first report"
+    assert entry.turns.out_of_turn(m.Starting(built=1, total=4)) is None
+    entry.turns.accept(m.Starting(built=1, total=4))
+    assert entry.turns.state() == "building its envs (1/4 built)"
     for group in (0, 1):
-        assert entry.out_of_turn(report(group, first=True)) is None
-        entry.accept(report(group, first=True))
-    assert entry.state() == "ready"
-    assert entry.out_of_turn(report(0, first=True)) == "a second first report for group 0"
-    assert entry.out_of_turn(report(1)) == "a step report for group 1 that was not sent actions"
+        assert entry.turns.out_of_turn(report(group, first=True)) is None
+        entry.turns.accept(report(group, first=True))
+    assert entry.turns.state() == "ready"
+    assert entry.turns.out_of_turn(report(0, first=True)) == "a second first report for group 0"
+    assert entry.turns.out_of_turn(report(1)) == "a step report for group 1 that was not sent actions"
     entry.turns.owes.add(1)  # the gateway sent group 1 its actions
-    assert entry.out_of_turn(report(1)) is None
-    entry.accept(report(1))
-    assert entry.out_of_turn(report(1)) == "a step report for group 1 that was not sent actions"
-    assert entry.out_of_turn(m.Starting(built=4, total=4)) == "Starting after its first reports"
-    assert entry.out_of_turn(m.Goodbye("bye")) is None
-    assert entry.out_of_turn(m.Handshake(num_envs=1)) == "unexpected Handshake from an actor"
+    assert entry.turns.out_of_turn(report(1)) is None
+    entry.turns.accept(report(1))
+    assert entry.turns.out_of_turn(report(1)) == "a step report for group 1 that was not sent actions"
+    assert entry.turns.out_of_turn(m.Starting(built=4, total=4)) == "Starting after its first reports"
+    assert entry.turns.out_of_turn(m.Goodbye("bye")) is None
+    assert entry.turns.out_of_turn(m.Handshake(num_envs=1)) == "unexpected Handshake from an actor"
 
 
 def test_a_peer_is_banned_at_its_last_strike_until_the_ban_ends():
