@@ -176,7 +176,7 @@ def test_a_registered_actor_out_of_turn_costs_only_its_own_slots(tmp_path):
         log = (run_dir / "learner.log").read_text()
         assert "actor-0 left" not in log and "actor-1 left" not in log, "only the offender is dropped"
         for text in OFFENCES.values():
-            assert f"rejected message from rogue" in log and text in log, text
+            assert "rejected message from rogue" in log and text in log, text
     finally:
         for s in socks:
             s.close()

@@ -8,7 +8,6 @@ import os
 import signal
 import time
 
-import numpy as np
 import pytest
 import zmq
 
