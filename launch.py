@@ -26,7 +26,7 @@ def _early_stop(signum, _frame) -> None:
         os._exit(130)
 
 
-if __name__ == "__main__":  # not in the spawned children, which re-import this file with SIGINT ignored
+if __name__ == "__main__":  # not in the spawned children, which re-import this file with SIGINT blocked
     signal.signal(signal.SIGINT, _early_stop)
     signal.signal(signal.SIGTERM, _early_stop)
     # a Ctrl-C held blocked since before the interpreter started (a parent that blocked it) is handled now
@@ -42,6 +42,7 @@ import socket
 import sys
 import time
 import typing
+from multiprocessing import resource_tracker
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -228,9 +229,9 @@ class StopRequests:
     """Ctrl-C and SIGTERM. The first asks every process to stop in order (the learner checkpoints, the actors
     leave on its goodbye) and says so at once; a second one kills every child and exits 130.
 
-    Children are started with SIGINT ignored (`started`), so the Ctrl-C a terminal sends to the whole process
-    group reaches only this process (and the learner, once its own handler is in place): no child prints a
-    KeyboardInterrupt traceback, and the stop goes in order."""
+    Children are started with SIGINT blocked (`started`), so the Ctrl-C a terminal sends to the whole process
+    group reaches only this process: no child prints a KeyboardInterrupt traceback, and the stop goes in
+    order (SIGTERM to the learners, whose goodbyes stop the actors)."""
 
     def __init__(self):
         self.signals = len(EARLY_SIGNALS)  # a Ctrl-C during the imports counts as the first
@@ -248,17 +249,17 @@ class StopRequests:
         self.requested = True
 
     def started(self, proc: mp.Process) -> None:
-        """proc.start() with SIGINT ignored, inherited by the child from its first instruction on (an ignored
-        signal stays ignored through exec). SIGINT is blocked here meanwhile, so a Ctrl-C that lands during
-        the start is held (Linux never discards a blocked signal) and handled once the handler is back,
-        instead of being ignored here too; the child inherits the block, and its SIGINT stays held for good
-        (the launcher stops it with SIGTERM)."""
+        """proc.start() with SIGINT blocked in this thread. The child inherits the block through exec, so a
+        Ctrl-C never reaches it from its first instruction on (the launcher stops it in order, with SIGTERM).
+        The handler here stays in place meanwhile: a Ctrl-C that lands during the start is held for this
+        thread, or taken at once by another thread of this process (numpy's BLAS threads do not block it),
+        and handled either way. (Ignoring SIGINT here instead, as before, lost it: a pending signal is
+        discarded when its action becomes SIG_IGN, and another thread drops it while the action is SIG_IGN.)"""
+        resource_tracker.ensure_running()  # before the block: starting the tracker unblocks SIGINT here
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             proc.start()
         finally:
-            signal.signal(signal.SIGINT, previous)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self._pids.append(proc.pid)
 

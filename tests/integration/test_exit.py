@@ -23,7 +23,7 @@ import os, signal, sys
 
 
 class CtrlCOnImport:
-    \"\"\"Sends launch.py (the session leader; its spawned children ignore SIGINT anyway) a Ctrl-C the moment it
+    \"\"\"Sends launch.py (the session leader; its spawned children block SIGINT anyway) a Ctrl-C the moment it
     starts importing the module named in CTRL_C_ON_IMPORT: a moment inside its imports, chosen exactly.\"\"\"
 
     def find_spec(self, name, path=None, target=None):
