@@ -3,8 +3,10 @@ starts from rank 0's weights, optimizer and counters."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -34,12 +36,36 @@ class Learned:
     episodes: RecentEpisodes  # the job's last-100 window and count
 
 
+class SaveSchedule:
+    """When a checkpoint is due: every `every_updates` updates, and also once `every_s` seconds (0: never) have
+    passed since the last one (or since the schedule started), so a crash costs minutes however long an update is."""
+
+    def __init__(self, every_updates: int, every_s: float, clock: Callable[[], float] = time.monotonic):
+        self.every_updates, self.every_s, self.clock = every_updates, every_s, clock
+        self.since = clock()
+
+    def due(self, update: int) -> bool:
+        by_time = self.every_s > 0 and self.clock() - self.since >= self.every_s
+        return update % self.every_updates == 0 or by_time
+
+    def saved(self) -> None:
+        """A checkpoint was written (or tried): the time counts again from now."""
+        self.since = self.clock()
+
+
 class Checkpointing:
-    def __init__(self, run_dir: Path, cfg: Config, ranks: Ranks, learned: Learned, state: dict):
-        """`state`: the learner's counters (COUNTERS), updated in place by a resume."""
+    def __init__(self, run_dir: Path, cfg: Config, ranks: Ranks, learned: Learned, state: dict,
+                 schedule: SaveSchedule | None = None):
+        """`state`: the learner's counters (COUNTERS), updated in place by a resume; `schedule`: when a checkpoint
+        is due (by default run.checkpoint_every and run.checkpoint_every_minutes on the monotonic clock)."""
         self.run_dir, self.cfg, self.ranks, self.learned, self.state = run_dir, cfg, ranks, learned, state
+        self.schedule = schedule or SaveSchedule(cfg.run.checkpoint_every, 60 * cfg.run.checkpoint_every_minutes)
         self.last_saved: int | None = None  # the update of the last checkpoint written
         self.save_failed = False  # the newest checkpoint due could not be written (disk full, read-only)
+
+    def due(self, update: int) -> bool:
+        """Whether the checkpoint of this update is due (see SaveSchedule)."""
+        return self.schedule.due(update)
 
     def sync_from_rank0(self) -> None:
         """Every rank starts from rank 0's weights, optimizer and counters (also after rank 0 resumed)."""
@@ -100,6 +126,7 @@ class Checkpointing:
         ahead of them, and a resume must neither skip nor repeat that rollout. Rank 0 saves for the job;
         `score`: what the checkpoint is ranked by when only the best are kept."""
         self.last_saved = update
+        self.schedule.saved()
         if not self.ranks.main:
             return None
         learned = self.learned

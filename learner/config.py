@@ -62,6 +62,8 @@ class RunConfig(BaseModel):
     """threads for the learner's torch ops (0: torch's default)"""
     checkpoint_every: Updates = 50
     """write a checkpoint every this many updates (and always at the end)"""
+    checkpoint_every_minutes: Annotated[float, Field(ge=0.0, le=7 * DAY_S / 60)] = 10.0
+    """write a checkpoint also when this many minutes passed since the last one (0: by updates only), so a crash costs minutes however long an update takes"""
     collect_only: bool = False
     """run actors and inference without gradient updates (throughput measurement)"""
     random_policy: bool = False

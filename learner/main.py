@@ -396,7 +396,7 @@ class Learner:
             self.reporter.write(job, stats, gathered, interval, self.state, self.since)
         else:
             self.episodes.take_new()
-        if job.update % self.cfg.run.checkpoint_every == 0:
+        if self.checkpoints.due(job.update):
             self._save_checkpoint(job.update, job.env_steps)
 
     def _gather(self, job: Job) -> Gathered:

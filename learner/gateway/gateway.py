@@ -1,8 +1,8 @@
 """The learner's door: one ROUTER socket, handshakes, validation of everything that arrives.
 
 Whatever bytes come in, the gateway either turns them into a validated message from a registered actor
-or rejects them with one log line naming the peer and the reason (counted in `rejected`). It never
-raises on peer input.
+or rejects it (counted in `rejected`), logged naming the peer and the reason: the first of a kind in full, repeats
+summarised (log_limit.py), so a flood costs the log a few lines. It never raises on peer input.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
 from learner.gateway.admission import AdmissionRefused
+from learner.gateway.log_limit import RateLimitedLog
 from learner.gateway.registry import BAN_S, ActorEntry, ActorRegistry
 from learner.seeds import slot_env_seed
 
@@ -72,10 +73,11 @@ class Listen:
 
 class Gateway:
     def __init__(self, listen: Listen, offer: Offer, registry: ActorRegistry | None = None,
-                 redirect: Callable[[int], str | None] | None = None):
+                 redirect: Callable[[int], str | None] | None = None, warnings: RateLimitedLog | None = None):
         """`registry` is shared with the collector (a fresh one by default); `redirect(num_envs)`, on rank 0
         of a multi-rank learner or collector 0 of several, names the address a joiner should go to instead
-        (the least loaded rank or collector; None: stay here)."""
+        (the least loaded rank or collector; None: stay here); `warnings`: where rejections are logged (by
+        default the learner's log, rate-limited)."""
         max_bytes, curve = listen.max_bytes, listen.curve
         self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve)
         self._poller = zmq.Poller()
@@ -84,6 +86,7 @@ class Gateway:
             self._poller.register(listen.wake, zmq.POLLIN)
         self.registry = registry if registry is not None else ActorRegistry()
         self.redirect = redirect
+        self.warnings = warnings if warnings is not None else RateLimitedLog(log)
         self.departed: list[ActorEntry] = []  # retired since the collector last took them (take_departed)
         self.settings, self.obs_space, self.action_space = offer.settings, offer.obs_space, offer.action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = (offer.run_seed, offer.generation, offer.run_id,
@@ -95,6 +98,7 @@ class Gateway:
         self.retired: OrderedDict[bytes, str] = OrderedDict()  # identity -> why it was retired (bounded)
 
     def close(self) -> None:
+        self.warnings.flush(everything=True)
         for entry in list(self.registry.by_identity.values()):
             self._send(entry.identity, m.Goodbye("learner shutting down"))
         self.sock.close(linger=1000)  # let the goodbyes leave before the connection drops
@@ -172,10 +176,11 @@ class Gateway:
         rejoin; a peer that keeps sending what is rejected is banned for BAN_S."""
         self.rejected += 1
         who = entry.name if entry else f"peer {identity.hex()[:10]}"
-        log.warning("rejected message from %s: %s", who, reason)
+        self.warnings.warn(who, "messages rejected", reason, f"rejected message from {who}: {reason}")
         banned = self.registry.strike(identity)
         if banned:
-            log.warning("banning %s for %gs: too many rejected messages", who, BAN_S)
+            self.warnings.warn(who, "bans", "too many rejected messages",
+                               f"banning {who} for {BAN_S:g}s: too many rejected messages")
         if entry is not None:
             self.retire(entry, "too many rejected messages" if banned else f"sent a rejected message ({reason})")
         return None
@@ -228,7 +233,8 @@ class Gateway:
             except AdmissionRefused as exc:  # full for now (rejoin: the actor retries later), or too greedy
                 problem, later = str(exc), exc.retry
         if later:  # no strike: asking again later is what it was told to do
-            log.warning("handshake from %s deferred: %s", hs.name or f"peer {identity.hex()[:10]}", problem)
+            who = hs.name or f"peer {identity.hex()[:10]}"
+            self.warnings.warn(who, "handshakes deferred", problem, f"handshake from {who} deferred: {problem}")
             self._answer(identity, m.Error(problem, rejoin=True))
             return None
         if problem is not None:
@@ -284,6 +290,7 @@ class Gateway:
         return departed
 
     def check_liveness(self, timeout_s: float) -> None:
+        self.warnings.flush()  # the summaries of repeated warnings that are due
         for entry in self.registry.overdue(timeout_s):
             self.retire(entry, f"silent for more than {timeout_s:g}s")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -23,6 +24,7 @@ class ProgressBar:
     def update(self, record: dict) -> None:
         steps = int(record["env_steps"])
         if self.bar is None:  # opened at the first record: a resumed run's rate counts from there
+            thread_lock_only()
             self.bar = self.stack.enter_context(tqdm(
                 total=self.total_steps, initial=steps, file=self.stream, unit="step", unit_scale=True,
                 dynamic_ncols=True, leave=False, mininterval=0))  # one refresh per update: they are seconds apart
@@ -35,3 +37,10 @@ class ProgressBar:
     def close(self) -> None:
         self.stack.close()  # the console handlers first, then the bar (cleared: leave=False)
         self.bar = None
+
+
+def thread_lock_only() -> None:
+    """tqdm's own lock pairs a thread lock with a multiprocessing RLock: a POSIX semaphore registered with the
+    resource tracker, which a process ending with os._exit (exit_process) never unregisters, so at a Ctrl-C the
+    tracker printed "1 leaked semaphore objects" on the terminal. One bar in one process needs a thread lock only."""
+    tqdm.set_lock(threading.RLock())

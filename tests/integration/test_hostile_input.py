@@ -55,6 +55,7 @@ def test_fuzzing_a_running_learner(tmp_path):
                  [bytes(f) for f in m.encode(m.StepReport(0, np.zeros((2, 4, 84, 84), np.uint8),
                                                           np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool)))]]
         rng = np.random.default_rng(0)
+        lines_before = (run_dir / "learner.log").read_text().count("\n")
         sent, deadline = 0, time.monotonic() + 8
         while sent < 5000 and time.monotonic() < deadline:
             if sent % 500 == 0:  # fresh peers: a misbehaving one gets dropped after a while
@@ -74,7 +75,9 @@ def test_fuzzing_a_running_learner(tmp_path):
                          120, "three more updates with the rejections counted", proc)
         assert later[-1]["actors"] == 2 and proc.poll() is None
         log = (run_dir / "learner.log").read_text()
-        assert "rejected message from peer" in log and "protocol version" in log
+        assert "rejected message from peer" in log
+        warned = [line for line in log.splitlines()[lines_before:] if " WARNING " in line]
+        assert len(warned) <= 40, f"{sent} malformed messages logged {len(warned)} lines:\n" + "\n".join(warned)
     finally:
         for s in socks:
             s.close()

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,57 @@ def test_a_second_ctrl_c_forces(tmp_path):
     assert proc.returncode == 130, console.read_text()[-3000:]
     assert len(pids) >= 4  # launch.py, the learner, two actors
     assert_session_gone(proc.pid, timeout=10)
+
+
+class Terminal:
+    """launch.py with its stdout and stderr on a pty, as a terminal runs it (the progress bar shows), in a session
+    of its own; what it writes to the screen is read by a thread until the last writer closes it."""
+
+    def __init__(self, *args: str):
+        master, slave = os.openpty()
+        self.proc = subprocess.Popen([sys.executable, "launch.py", *args], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                     stdout=slave, stderr=slave, start_new_session=True)
+        os.close(slave)
+        self.master, self.chunks = master, []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: every writer has closed the pty
+                return
+            if not data:
+                return
+            self.chunks.append(data)
+
+    def screen(self, timeout: float = 10) -> str:
+        self.reader.join(timeout)
+        return b"".join(self.chunks).decode(errors="replace")
+
+    def close(self) -> None:
+        kill_group(self.proc)
+        self.proc.wait(timeout=10)
+        self.reader.join(5)
+        os.close(self.master)
+
+
+def test_ctrl_c_at_a_terminal_leaves_the_runs_own_lines_only(tmp_path):
+    """Issue 43: a terminal's Ctrl-C after a few updates, with the progress bar shown: the final checkpoint is
+    written and the screen holds no warning or traceback (a leaked semaphore of the bar's lock was one)."""
+    run_dir = tmp_path / "run"
+    terminal = Terminal(*SMOKE, "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 90, "two updates", terminal.proc)
+        os.killpg(terminal.proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: every process of the group
+        terminal.proc.wait(timeout=60)
+        screen = terminal.screen()
+    finally:
+        terminal.close()
+    assert terminal.proc.returncode == 0, screen[-3000:]
+    assert "stopping (Ctrl-C again to force)" in screen
+    for word in ("Warning", "Traceback", "leaked", "KeyboardInterrupt"):
+        assert word not in screen, screen[-3000:]
+    last = metrics(run_dir)[-1]["update"]
+    assert (run_dir / "checkpoints" / f"ckpt_{last:08d}.pt").exists(), sorted((run_dir / "checkpoints").iterdir())

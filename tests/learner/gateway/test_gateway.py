@@ -1,5 +1,6 @@
 """The gateway: one poll drains what is queued, in order, up to its bound, rejecting garbage; refusals and
 retirements are answered with their reason; reused slots get fresh seeds; misbehaving peers are refused."""
+import logging
 import time
 import uuid
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import zmq
 
+from learner.gateway.log_limit import MAX_LINES
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
 from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Listen, Offer
 from learner.seeds import slot_env_seed
@@ -290,3 +292,25 @@ def test_join_command_names_a_reachable_address_and_the_keys_when_needed():
     host = _socket.gethostname()
     assert join_command("tcp://0.0.0.0:5555", 0) == f"python -m actor --learner tcp://{host}:5555 --envs 1"
     assert join_command("tcp://*:5555", 2, curved=True).endswith("--envs 2 --server-key LEARNER.key --key YOUR.key_secret")
+
+
+@pytest.mark.integration
+def test_a_flood_of_5000_malformed_messages_adds_a_few_dozen_log_lines(loopback, caplog):
+    """Issue 43: 50 peers x 100 malformed messages (as benchmarks/chaos.py's flood), each peer banned after
+    MAX_STRIKES; every message is counted, the log gets the first of each kind, summaries and the bans, capped."""
+    gateway, rng = loopback.gateway, np.random.default_rng(0)
+    caplog.set_level("WARNING", logger="learner")
+    socks = []  # kept open until drained: a closed DEALER drops what it has not sent yet
+    for p in range(50):
+        socks.append(sock := loopback.peer())
+        for j in range(100):
+            garbage = [rng.bytes(16 if j % 10 else 1 << 16), b"\x00" * (j % 7)] if j % 3 else \
+                [b"\x92\x01\xa4" + rng.bytes(int(rng.integers(0, 40)))]
+            sock.send_multipart(garbage)
+    loopback.drain(lambda: gateway.rejected == 5000, "5000 rejections counted", timeout=60)
+    gateway.check_liveness(10.0)
+    gateway.warnings.flush(everything=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "learner" and r.levelno >= logging.WARNING]
+    assert len(lines) <= MAX_LINES + 1, "\n".join(lines)  # one window: a few dozen in all at most
+    assert lines[0].startswith("rejected message from peer ")
+    assert any("held back" in line for line in lines), "what was held back is told"

@@ -60,3 +60,17 @@ def test_progress_bar_on_a_terminal_never_tears_a_log_line_nor_reaches_the_log_f
     assert any(line.startswith("update 2 | steps 128") for line in lines), lines
     last = screen.rsplit("\n", 1)[-1].split("\r")  # the bottom line, as overwritten segments
     assert screen.endswith("\r") and last[-2].strip() == "", repr(screen[-200:])  # the bar cleared on close
+
+
+def test_the_bar_takes_no_multiprocessing_lock(tmp_path, monkeypatch):
+    """Issue 43: tqdm's default lock holds a semaphore of the resource tracker's, left registered by a learner
+    that ends with os._exit: the tracker then warned of a leaked semaphore on the terminal after a Ctrl-C."""
+    import multiprocessing.synchronize
+    from tqdm import tqdm
+    from learner.report.progress import ProgressBar
+    monkeypatch.delattr(tqdm, "_lock", raising=False)  # as in a fresh process: tqdm makes its lock at the first bar
+    bar = ProgressBar(FakeTTY(), 100)
+    bar.update(_record(1))
+    lock = tqdm.get_lock()
+    bar.close()
+    assert not any(isinstance(part, multiprocessing.synchronize.SemLock) for part in getattr(lock, "locks", [lock]))
