@@ -46,10 +46,11 @@ for _path in (REPO, HERE):
         sys.path.insert(0, str(_path))
 
 from cli import add_cluster_flags, add_out, parser  # noqa: E402
+from breakdown import describe, steady_state  # noqa: E402
 from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
+from synthetic import RECORDED_REPORTS, join, sleeping_actors  # noqa: E402
 from protocol.processes import parent_alive  # noqa: E402
 
-RECORDED_REPORTS = 8  # distinct step reports each synthetic group cycles through
 _RUN_IDS = itertools.count()
 
 
@@ -91,7 +92,7 @@ def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent:
     import zmq
     from protocol import messages as m
     ctx = zmq.Context()
-    sock, welcome = _join(ctx, address, num_envs, groups, name, parent, codec)
+    sock, welcome = join(ctx, address, num_envs, groups, name, parent, codec)
     if sock is None:
         return
     if welcome.codec != codec:
@@ -115,42 +116,22 @@ def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent:
         turn[g] += 1
 
 
-def _join(ctx, address: str, num_envs: int, groups: int, name: str, parent: int, codec: str = "none"):
-    """(socket, Welcome) from the learner at `address` or the one it redirects to; (None, None) if the
-    benchmark went away first."""
-    from protocol import messages as m
-    from protocol.transport import connect_dealer, recv_frames
-    while True:
-        sock = connect_dealer(ctx, address, 64 << 20)
-        offer = None if codec == "none" else [codec]  # none: a handshake as before codecs
-        sock.send_multipart(m.encode(m.Handshake(num_envs, name, groups=groups, codecs=offer)))
-        answer = None
-        while answer is None:
-            frames = recv_frames(sock, 1000)
-            if not parent_alive(parent):
-                return None, None
-            if frames is not None:
-                answer = m.decode(frames)
-        if isinstance(answer, m.Welcome):
-            return sock, answer
-        if not isinstance(answer, m.Redirect):
-            raise SystemExit(f"{name}: no welcome: {answer}")
-        sock.close(linger=0)
-        address = answer.address
-
-
 # ----------------------------------------------------------------------------------------------- one row
 
 def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args, tmp: Path, label: str,
-            codec: str = "none") -> dict:
-    groups, actors = 2, args.actors
+            codec: str = "none", envs: int | None = None) -> dict:
+    groups = 2
+    actors = args.actors if envs is None else max(1, envs // (per_message * groups))
     num_envs = per_message * groups
-    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}"
+    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}-{actors * num_envs}"
     address = "tcp://127.0.0.1:0" if args.transport == "tcp" else f"ipc://{run_dir}.sock"  # a file: any checkout
-    cmd = [sys.executable, "launch.py", "--actors", "0", "--collect-only", "--device", args.device,
+    cmd = [sys.executable, "launch.py", "--actors", "0", "--device", args.device,
            "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
            "--set", f'cluster.address="{address}"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
-           "--set", f"cluster.min_envs={actors * num_envs}", "--set", f"run.torch_threads={args.torch_threads}"]
+           "--set", f"cluster.min_envs={actors * num_envs}", "--set", f"run.torch_threads={args.torch_threads}",
+           *args.launch_set]
+    if args.mode == "collect":  # else the real training loop: the update, the end-of-rollout barrier
+        cmd.append("--collect-only")
     if policy == "random":
         cmd.append("--random-policy")
     if collectors > 1:  # not named at 1: a checkout from before cluster.collectors runs the same row
@@ -160,22 +141,21 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     log = open(run_dir.with_suffix(".log"), "w")
     proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    ctx = mp.get_context("spawn")
     workers = []
     try:
         endpoints = _wait_for(lambda: _json(run_dir / "endpoints.json"), 120, "the learner's endpoints", proc, run_dir)
-        for i in range(actors):
-            w = ctx.Process(target=synthetic_actor, args=(endpoints["address"], num_envs, groups, f"synthetic-{i}",
-                                                          os.getpid(), codec), daemon=True)
-            w.start()
-            workers.append(w)
+        workers = _start_actors(endpoints["address"], actors, num_envs, groups, codec, args)
         metrics = run_dir / "metrics.jsonl"
-        _wait_for(lambda: len(read_metrics(metrics)) >= 2, args.row_timeout, "two rollouts", proc, run_dir)
+        skip = max(args.skip, 1)
+        _wait_for(lambda: len(read_metrics(metrics)) >= skip, args.row_timeout, f"{skip} rollouts", proc, run_dir)
         pids = {int(endpoints["pid"])} | {int(c["pid"]) for c in endpoints.get("collectors", [])}
         actor_pids, trainer = {w.pid for w in workers}, {int(endpoints["pid"])}
-        a = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
-        time.sleep(args.seconds)  # the measured window
-        b = read_metrics(metrics)[-1], _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
+        a = len(read_metrics(metrics)), _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
+        t_a = time.monotonic()
+        _wait_for(lambda: len(read_metrics(metrics)) >= a[0] + args.rollouts and time.monotonic() - t_a >= args.seconds,
+                  args.row_timeout + args.seconds, f"{args.rollouts} rollouts measured", proc, run_dir, poll_s=0.05)
+        records = read_metrics(metrics)
+        b = len(records), _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
     finally:
         terminate(proc, 30)
         kill_group(proc.pid)
@@ -184,16 +164,36 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
             if w.is_alive():
                 w.kill()
         log.close()
-    steps = b[0]["env_steps"] - a[0]["env_steps"]
-    seconds = b[0]["elapsed_s"] - a[0]["elapsed_s"]
-    if steps <= 0 or seconds <= 0:
-        raise RuntimeError(f"{label} {policy} {per_message}: no progress in {args.seconds:g}s")
+    steady = steady_state(records[:b[0]], a[0])
+    steps = records[b[0] - 1]["env_steps"] - records[a[0] - 1]["env_steps"]
+    if steady is None or steps <= 0:
+        raise RuntimeError(f"{label} {policy} {per_message}: no progress")
     cpu_s, actors_s, trainer_s = ((b[i] - a[i]) / TICKS for i in (1, 2, 3))
+    seconds = steps / steady["sps"]
+    ceiling = actors * num_envs * 1000 / args.env_sleep_ms if args.env_sleep_ms > 0 else None
     return {"checkout": label, "codec": codec, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
-            "device": args.device, "transport": args.transport, "sps": steps / seconds,
+            "envs": actors * num_envs, "actors": actors, "mode": args.mode, "env_sleep_ms": args.env_sleep_ms,
+            "device": args.device, "transport": args.transport, "sps": steady["sps"], "env_ceiling_sps": ceiling,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "actor_us_per_step": 1e6 * actors_s / steps, "training_process_us_per_step": 1e6 * trainer_s / steps,
-            "env_steps": steps}
+            "env_steps": steps, "rollouts": steady["rollouts"], "skipped_rollouts": steady["skipped"],
+            "breakdown": steady["breakdown"]}
+
+
+def _start_actors(address: str, actors: int, num_envs: int, groups: int, codec: str, args) -> list:
+    """Replaying actors, one process each; or (--env-sleep-ms) sleeping ones, --actors-per-process per process."""
+    ctx = mp.get_context("spawn")
+    if args.env_sleep_ms > 0:
+        per = max(1, args.actors_per_process)
+        jobs = [(sleeping_actors, (address, min(per, actors - i), num_envs, groups, args.env_sleep_ms,
+                                   f"sleeping-{i}", os.getpid())) for i in range(0, actors, per)]
+    else:
+        jobs = [(synthetic_actor, (address, num_envs, groups, f"synthetic-{i}", os.getpid(), codec))
+                for i in range(actors)]
+    workers = [ctx.Process(target=target, args=job_args, daemon=True) for target, job_args in jobs]
+    for w in workers:
+        w.start()
+    return workers
 
 
 def _cpu_ticks(pids: set[int]) -> int:
@@ -213,13 +213,13 @@ def _json(path: Path):
         return None
 
 
-def _wait_for(predicate, timeout: float, what: str, proc, run_dir: Path):
+def _wait_for(predicate, timeout: float, what: str, proc, run_dir: Path, poll_s: float = 0.2):
     deadline = time.monotonic() + timeout
     while (value := predicate()) in (None, False):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"no {what} within {timeout:g}s (launch.py exit {proc.poll()}); the learner's log:\n"
                                + tail(run_dir / "learner.log", n=10, missing="(no learner.log)"))
-        time.sleep(0.2)
+        time.sleep(poll_s)
     return value
 
 
@@ -233,14 +233,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--envs-per-message", default="8,16,32", help="comma-separated (default: %(default)s)")
     p.add_argument("--policy", default="random", help="random, network, or both as random,network")
     p.add_argument("--collectors", default="1", help="cluster.collectors values, comma-separated (default: 1)")
-    p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row (default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per row at least (default: %(default)s)")
+    p.add_argument("--rollouts", type=int, default=10, help="measured rollouts per row at least (default: %(default)s)")
+    p.add_argument("--skip", type=int, default=2, help="first rollouts not measured (start-up, buffers allocated and "
+                   "first touched; default: %(default)s)")
+    p.add_argument("--env-sleep-ms", type=float, default=0.0, help="sleeping actors: each env step is a sleep of this "
+                   "many ms, no CPU, random frames (benchmarks/synthetic.py); 0: replaying actors (default)")
+    p.add_argument("--envs", default=None, help="total env slots per row, comma-separated, e.g. 64,256 (the actors: "
+                   "envs / (envs per message x 2 groups)); default: --actors")
+    p.add_argument("--actors-per-process", type=int, default=8, help="sleeping actors per process (default: %(default)s)")
+    p.add_argument("--mode", choices=("collect", "train"), default="collect",
+                   help="collect: --collect-only (groups flow on between rollouts); train: the real training loop "
+                        "(the update, the end-of-rollout barrier; a cheap one: --config configs/cartpole.toml)")
+    p.add_argument("--launch-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="extra --set for the learner; repeatable")
     p.add_argument("--repeat", type=int, default=1, help="rounds; rows report the median (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda (default: %(default)s)")
     p.add_argument("--transport", choices=("tcp", "ipc"), default="ipc",
                    help="the learner's address: a Unix socket file, as the learner's default 'local' on Linux, or "
                         "tcp on 127.0.0.1 (default: %(default)s)")
     p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
-    p.add_argument("--row-timeout", type=float, default=120.0, help="a row without two rollouts by then fails")
+    p.add_argument("--row-timeout", type=float, default=300.0, help="a row without its rollouts by then fails")
     p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
     add_out(p)
     return p
@@ -248,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.launch_set = [x for s in args.launch_set for x in ("--set", s)]
+    envs_list = [int(x) for x in args.envs.split(",")] if args.envs else [None]
     sizes = [int(x) for x in args.envs_per_message.split(",")]
     policies = [x.strip() for x in args.policy.split(",")]
     ks = [int(x) for x in args.collectors.split(",")]
@@ -257,37 +272,46 @@ def main(argv=None) -> int:
                   for c in codecs] if args.other else []
     tmp = Path(tempfile.mkdtemp(prefix="ppo-capacity-"))
     runs: dict[tuple, list[dict]] = {}
-    print(f"learner capacity: {args.actors} synthetic actors x 2 groups, {args.seconds:g}s per row, "
-          f"{args.repeat} round(s); checkouts: " + ", ".join(f"{n}={p}" for n, p, _ in checkouts), flush=True)
+    kind = f"sleeping actors ({args.env_sleep_ms:g} ms per step)" if args.env_sleep_ms > 0 else "synthetic actors"
+    print(f"learner capacity ({args.mode}): {kind} x 2 groups, at least {args.seconds:g}s and {args.rollouts} rollouts "
+          f"per row after {args.skip}, {args.repeat} round(s); checkouts: "
+          + ", ".join(f"{n}={p}" for n, p, _ in checkouts), flush=True)
     for _ in range(args.repeat):
-        for policy, size, k in itertools.product(policies, sizes, ks):
+        for policy, size, k, envs in itertools.product(policies, sizes, ks, envs_list):
             for label, path, codec in checkouts:
-                row = run_row(path, size, policy, k, args, tmp, label.replace("/", "-"), codec)
+                row = run_row(path, size, policy, k, args, tmp, label.replace("/", "-"), codec, envs)
                 row["checkout"] = label
-                runs.setdefault((policy, size, k, label), []).append(row)
-                print(f"  {label:<10} {policy:<8} {size:>3} envs/message  K={k}  {row['sps']:>9,.0f} steps/s  "
-                      f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  "
-                      f"({row['learner_cores']:.2f} cores; of it the training process "
-                      f"{row['training_process_us_per_step']:.1f} us; "
-                      f"synthetic actors {row['actor_us_per_step']:.1f} us)", flush=True)
-    print("\n| policy | envs per message | collectors | "
+                runs.setdefault((policy, size, k, envs, label), []).append(row)
+                _print_row(label, row)
+    print("\n| policy | envs per message | collectors | envs | "
           + " | ".join(f"{n} steps/s | {n} us/step" for n, _, _ in checkouts)
           + (" | first / second steps/s |" if args.other or len(codecs) > 1 else " | vs K=1 |"))
-    print("|---|---:|---:|" + "---:|---:|" * len(checkouts) + "---:|")
+    print("|---|---:|---:|---:|" + "---:|---:|" * len(checkouts) + "---:|")
     table = []
-    for policy, size, k in itertools.product(policies, sizes, ks):
-        med = {label: _median(runs[(policy, size, k, label)]) for label, _, _ in checkouts}
+    for policy, size, k, envs in itertools.product(policies, sizes, ks, envs_list):
+        med = {label: _median(runs[(policy, size, k, envs, label)]) for label, _, _ in checkouts}
         cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _, _ in checkouts)
         first, second = checkouts[0][0], checkouts[1][0] if len(checkouts) > 1 else None
         if args.other or len(codecs) > 1:  # this / other, or the first codec's row over the second's
             ratio = med[first]["sps"] / med[second]["sps"]
         else:
-            ratio = med[first]["sps"] / _median(runs[(policy, size, ks[0], first)])["sps"]
-        print(f"| {policy} | {size} | {k} | {cells} | {ratio:.2f}x |")
+            ratio = med[first]["sps"] / _median(runs[(policy, size, ks[0], envs, first)])["sps"]
+        print(f"| {policy} | {size} | {k} | {med[checkouts[0][0]]['envs']} | {cells} | {ratio:.2f}x |")
         table.append(med)
     if args.out:
         Path(args.out).write_text(json.dumps({"rows": table, "runs": [r for v in runs.values() for r in v]}, indent=2))
     return 0
+
+
+def _print_row(label: str, row: dict) -> None:
+    ceiling = row["env_ceiling_sps"]
+    vs = f" ({row['sps'] / ceiling:.2f}x the env ceiling {ceiling:,.0f})" if ceiling else ""
+    print(f"  {label:<10} {row['policy']:<8} {row['envs']:>4} envs, {row['envs_per_message']:>3} envs/message, "
+          f"K={row['collectors']}  {row['sps']:>9,.0f} steps/s{vs} over {row['rollouts']} rollouts  "
+          f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  ({row['learner_cores']:.2f} cores; of it "
+          f"the training process {row['training_process_us_per_step']:.1f} us; actors {row['actor_us_per_step']:.1f} us)",
+          flush=True)
+    print("\n".join(describe(row["breakdown"])), flush=True)
 
 
 def _median(rows: list[dict]) -> dict:

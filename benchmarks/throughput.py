@@ -39,6 +39,7 @@ for _path in (REPO, HERE):  # actor/, learner/, protocol/; procfs.py (also seen 
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from breakdown import describe, steady_state  # noqa: E402
 from procfs import (TICKS, children_of, cmdline, fmt, kill_group, kill_tree, machine_busy_ticks,  # noqa: E402
                     read_metrics, read_rss_mb, tail, terminate, tree_cpu_s)
 
@@ -187,14 +188,6 @@ def run_asyncvec(env_id: str, num_envs: int, torch_threads: int, warmup: float, 
 
 # ----------------------------------------------------------------------------------------------- rows 3-5
 
-def steady_sps(records: list[dict]) -> float | None:
-    """Agent steps/s over rollouts 2..k (the first one includes start-up and parking)."""
-    if len(records) < 2:
-        return None
-    a, b = records[0], records[-1]
-    return (b["env_steps"] - a["env_steps"]) / max(b["elapsed_s"] - a["elapsed_s"], 1e-9)
-
-
 def cluster_pids(launch_pid: int, run_dir: Path) -> tuple[int | None, list[int]]:
     """(learner, actors) among the launch process's children: endpoints.json names the learner's pid;
     the spawn helper (resource_tracker) is not an actor."""
@@ -239,20 +232,22 @@ def run_launch(name: str, flags: list[str], args, actors: int, tmp: Path, second
             if proc.poll() is not None:
                 raise RowFailed(name, f"launch.py exited early ({proc.returncode})", run_dir)
             waited = time.monotonic() - t_start
-            if waited >= seconds and len(read_metrics(metrics)) >= 3 or waited >= 3 * seconds + 60:
+            enough = len(read_metrics(metrics)) >= args.skip + args.rollouts
+            if waited >= seconds and enough or waited >= max(3 * seconds + 60, args.row_timeout):
                 cores_used = (tree_cpu_s(proc.pid) - cpu_start) / (time.monotonic() - t_start)
                 break
     finally:
         _stop_launch(proc)
         logf.close()
     records = read_metrics(run_dir / "metrics.jsonl")
-    steady = records[1:]  # the rollouts measured: records[0] is the base line
-    sps = steady_sps(records)
-    if sps is None:
-        raise RowFailed(name, f"only {len(records)} rollouts in {3 * seconds + 60:g}s", run_dir)
+    state = steady_state(records, args.skip)  # records[skip - 1] is the base line
+    if state is None:
+        raise RowFailed(name, f"only {len(records)} rollouts", run_dir)
+    sps, steady = state["sps"], records[max(args.skip, 1):]
     actor_rss = [v for p, v in rss.items() if p != learner]
     mean = lambda key: sum(r[key] for r in steady) / len(steady)  # noqa: E731
     return {"sps": sps, "procs": actors, "envs": actors * args.envs_per_actor, "rollouts": len(steady),
+            "skipped_rollouts": state["skipped"], "breakdown": state["breakdown"],
             "cores_used": cores_used,
             "per_rollout_sps": [round(r["sps"], 1) for r in steady],
             "collect_s_mean": mean("collect_s"), "update_s_mean": mean("update_s"),
@@ -341,6 +336,10 @@ def markdown(result: dict) -> str:
     if t:
         lines += ["", f"training: {t['rollouts']} rollouts measured, per rollout collect {t['collect_s_mean']:.2f}s + "
                       f"update {t['update_s_mean']:.2f}s"]
+    for key, row in rows.items():
+        if "breakdown" in row:
+            lines += ["", f"{key}: the first {row['skipped_rollouts']} rollouts skipped, {row['rollouts']} measured",
+                      *describe(row["breakdown"])]
     mem = result.get("memory")
     if mem:
         lines += ["", "| resident memory (training, peak) | MB | target |", "|---|---:|---|",
@@ -399,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row-timeout", type=float, default=180.0,
                    help="a launch.py row with no rollout by then fails with the learner's last log lines, and the "
                         "next rows run (default: %(default)s s)")
+    p.add_argument("--rollouts", type=int, default=None, help="launch.py rows: rollouts measured at least (default: "
+                   "10, --quick 2)")
+    p.add_argument("--skip", type=int, default=2, help="launch.py rows: first rollouts not measured (start-up, "
+                   "buffers allocated and first touched; default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="short durations for a smoke check")
     p.add_argument("--keep-runs", action="store_true", help="keep the launch.py run directories and logs")
     p.add_argument("--out", default=None, help="JSON output (default: docs/results/throughput-<hostname>.json)")
@@ -421,6 +424,10 @@ def run_rounds(repeat: int, wanted: list[str], makers: dict, n: int, runs: dict,
             runs.setdefault(key, []).append(row)
             print(f"  {key:<16} {row['sps']:>9,.0f} agent steps/s  ({row['procs']} procs, {row['envs']} envs, "
                   f"{row['cores_used']:.2f} cores used; other load {row['other_load_cores']:.2f} cores)", flush=True)
+            if "rollouts" in row:
+                print(f"    steady state: {row['rollouts']} rollouts measured, the first {row['skipped_rollouts']} "
+                      f"skipped", flush=True)
+                print("\n".join(describe(row["breakdown"])), flush=True)
 
 
 def run_sweep(n: int, makers: dict, rows: dict, result: dict) -> None:
@@ -472,6 +479,7 @@ def add_ratios(runs: dict, result: dict) -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.launch_set = [x for s in args.launch_set for x in ("--set", s)]
+    args.rollouts = args.rollouts if args.rollouts is not None else (2 if args.quick else 10)
     seconds = args.seconds if args.seconds is not None else (5.0 if args.quick else 20.0)
     warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
     sweep = args.sweep if args.sweep is not None else not args.quick

@@ -46,6 +46,7 @@ from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import log_name, setup_logging
 from learner.report.reporter import Gathered, Job, Reporter, Since
+from learner.report.serial import SerialPhases
 from learner.startup import StartupError, starting
 from actor.envs import describe_spaces, make_env
 from protocol.security import ServerKeys
@@ -261,6 +262,7 @@ class Learner:
         self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag)
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
+        self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
     def _rank_targets(self) -> tuple[list[int], list[int]] | None:
         """Rank 0 of a multi-rank job sends joiners to the other ranks: until the first update's count each
@@ -320,11 +322,14 @@ class Learner:
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
+            self.serial.close()
             rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"])
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
+            self.serial.begin()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler)
+            self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
             if lagging is not None:  # done before the next rollout may reuse the buffer it reads
                 self._finish(lagging)
@@ -334,10 +339,11 @@ class Learner:
                 continue
             self._note_width(batch.width if batch else 0)
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / r.total_steps,
-                      batch, n_valid, t0, t1)
+                      batch, n_valid, t0, t1, self.collection.breakdown())
             state["update"], state["env_steps"] = job.update, job.env_steps
             self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread
             self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
+            self.serial.mark("update")  # the update itself; with policy lag only its thread's start
             if self.has_policy_lag:
                 lagging = job
             else:
@@ -382,6 +388,7 @@ class Learner:
         own run (in a thread with policy lag)."""
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
+        self.serial.mark("join")  # waiting for the update (policy lag: its thread)
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
@@ -389,15 +396,18 @@ class Learner:
             self.policy.follow(self.model)
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])
+        self.serial.mark("publish")
         for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):
             self.episodes.add(ret, int(length))
-        gathered = self._gather(job)
+        gathered = self._gather(job)  # the collector processes' weights are published in it
+        self.serial.mark("publish")
         if self.ranks.main:
-            self.reporter.write(job, stats, gathered, interval, self.state, self.since)
+            self.reporter.write(job, stats, gathered, interval, self.state, self.since, self.serial.last)
         else:
             self.episodes.take_new()
         if self.checkpoints.due(job.update):
             self._save_checkpoint(job.update, job.env_steps)
+        self.serial.mark("report")  # the metrics line, a checkpoint
 
     def _gather(self, job: Job) -> Gathered:
         """Every rank's part of the job's metrics line (collectives: every rank calls this)."""

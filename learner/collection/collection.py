@@ -40,6 +40,10 @@ class Collection(ABC):
         """The (return, length) of every episode finished since the last call."""
 
     @abstractmethod
+    def breakdown(self) -> dict | None:
+        """Where the last rollout's time went (learner/collection/counters.py: summarize), for metrics.jsonl."""
+
+    @abstractmethod
     def take_events(self) -> list[str]:
         """Joins and leaves since the last call."""
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
+from learner.collection.counters import RolloutCounters, RolloutCounts
 from learner.collection.holders import group_of, unfinished
 from learner.collection.observations import Observations, episodes_of
 from learner.collection.start_wait import StartWait
@@ -44,6 +45,8 @@ class Waiting:
     buffer: RolloutBuffer | None = None  # the rollout its actions go into
     fresh: bool = False  # its envs were just (re)started: a join, or a restart
     in_place: bool = False  # obs was written into its rollout's row already (learner-side frame stacking)
+    arrived: float = field(init=False, default=0.0)  # when it began waiting (its report's poll; a rollout's
+                                                     # start): see RolloutCounters
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class Collector:
         self.listened = None  # when the last poll ended (the gap to the next is the learner's, see _pump)
         self.watchdog = watchdog
         self.episodes = RecentEpisodes()
+        self.counters = RolloutCounters()  # where the rollout's time goes (learner/collection/counters.py)
+        self.counts: RolloutCounts | None = None  # the last complete rollout's
         self.start_wait = StartWait(self.parked_slots, lambda: self._pump(100), self._waiting_on,
                                     gateway.join_command, s.actor_timeout_s, s.startup_timeout_s)
 
@@ -113,11 +118,13 @@ class Collector:
         self.version = version
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
+            self.counters.begin()
         else:
             if min_envs == 0 and admit_first:
                 self._pump(100)  # admit handshakes and first reports before deciding who is in
             if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
                 return None
+            self.counters.begin()
             self._start_rollout()
         self.rollouts += 1
         self.heard = time.monotonic()
@@ -127,6 +134,7 @@ class Collector:
             self._pump(100)
             if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
                 self._check_stall()
+        self.counts = self.counters.finish(self.buffer.N, [w for w in self.parked.values() if not w.fresh])
         return self.buffer
 
     def _check_stall(self) -> None:
@@ -152,7 +160,7 @@ class Collector:
         self._older = self.buffer
         self.buffer = self._rollout(slots, reuse)
         for w in groups:
-            w.buffer = self.buffer
+            w.buffer, w.arrived = self.buffer, self.counters.started
             self._mark_fresh(w)
         self.waiting, self.parked = {(w.actor.actor_id, w.group): w for w in groups}, {}
         self._infer()
@@ -164,7 +172,7 @@ class Collector:
         slots = sorted(live.union(*(w.slots for w in self.parked.values())))  # parked: joiners, or done early
         self.next = self._rollout(slots, self._older)
         for key, w in self.parked.items():
-            w.buffer = self.next
+            w.buffer, w.arrived = self.next, self.listened
             self._mark_fresh(w)
             self.waiting[key] = w
         self.parked = {}
@@ -206,6 +214,7 @@ class Collector:
     def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
+        self.counters.message()
         if report.first:  # a new actor: it joins when the next rollout starts
             obs, _ = self.observations.observe(key, report, None, slots)  # its episodes are counted when it is next inferred
             self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True)
@@ -224,6 +233,7 @@ class Collector:
             for col, o in zip(cols, obs):
                 buf.bootstrap_obs[col] = np.array(o)
         item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, in_place=in_place)
+        item.arrived = self.listened
         if target is None:
             self.parked[key] = item
         else:
@@ -253,6 +263,7 @@ class Collector:
         batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
         self.waiting = {}
         self._count_episodes(batch)
+        since = time.monotonic()
         result = self.policy.act([w.obs for w in batch])
         start = 0
         for w in batch:
@@ -267,6 +278,7 @@ class Collector:
                                     result.logprobs[start:end], result.values[start:end])
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
+        self.counters.served(batch, since)
         self._cut_departed()
 
     def _count_episodes(self, batch: list[Waiting]) -> None:

@@ -6,6 +6,7 @@ import os
 
 from learner.collection.collection import Collection
 from learner.collection.collector import Collector
+from learner.collection.counters import summarize
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
@@ -48,6 +49,10 @@ class LocalCollection(Collection):
 
     def rejected(self) -> int:
         return self.gateway.rejected
+
+    def breakdown(self) -> dict | None:
+        counts = self.collector.counts
+        return summarize([counts] if counts is not None else [])
 
     def take_events(self) -> list[str]:
         return self.gateway.take_events()

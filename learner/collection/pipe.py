@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import dataclass_transform
 
+from learner.collection.counters import RolloutCounts
 from learner.collection.shard import Shard
 
 
@@ -64,6 +65,7 @@ class Width(Message):
 
 class Done(Message):
     shard: Shard
+    counts: RolloutCounts | None = None  # where the rollout's time went (learner/collection/counters.py)
 
 
 class Stopped(Message):

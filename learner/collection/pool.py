@@ -18,6 +18,7 @@ import torch
 
 from learner.stalls import Stalled
 from learner.collection.collection import Collection
+from learner.collection.counters import summarize
 from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
 from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
 from learner.collection.shard import Shard, SharedRows, merge_shards
@@ -78,6 +79,7 @@ class CollectorPool(Collection):
         self.rollouts = 0
         self.episodes = RecentEpisodes()
         self.latest: dict[int, Shard] = {}
+        self.counts: list = []  # each collector's RolloutCounts of the last rollout
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
         self.start_wait = StartWait(lambda: int(self.board[:, READY].sum()), lambda: self._watch(0.05),
@@ -150,6 +152,7 @@ class CollectorPool(Collection):
         if done is None:
             return None
         shards = [d.shard for d in done]
+        self.counts = [d.counts for d in done if d.counts is not None]
         if not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
             rows = self.rows.take(sum(len(s.columns.slots) for s in shards))[1]
         self.rollouts += 1
@@ -229,6 +232,9 @@ class CollectorPool(Collection):
 
     def rejected(self) -> int:
         return sum(s.rejected for s in self.latest.values())
+
+    def breakdown(self) -> dict | None:
+        return summarize(self.counts)
 
     def take_events(self) -> list[str]:
         events, self.events = self.events, []

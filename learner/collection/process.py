@@ -273,7 +273,7 @@ class CollectorProcess:
         self.conn.send(Done(Shard.of(
             self.spec.index, rollout, episodes=self.collector.episodes.take_new(), actors=len(self.registry),
             live_slots=self.registry.num_slots(), rejected=self.gateway.rejected,
-            events=self.gateway.take_events())))
+            events=self.gateway.take_events()), self.collector.counts))
         return True
 
     def _rows_for(self, width: int) -> dict:

@@ -21,7 +21,7 @@ from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("learner")
 
-TIMING_FIELDS = ("sps", "elapsed_s", "eta_s", "update_s", "collect_s")
+TIMING_FIELDS = ("sps", "elapsed_s", "eta_s", "update_s", "collect_s", "collection")
 
 
 def log_name(rank: int) -> str:

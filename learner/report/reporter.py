@@ -25,6 +25,7 @@ class Job:
     n_valid: int        # env steps this rollout added, all ranks together
     t0: float           # collection began
     t1: float           # collection ended
+    collection: dict | None = None  # where its collection's time went (learner/collection/counters.py)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,10 @@ class Reporter:
         self.metrics = MetricsWriter(run_dir, cfg)
         self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
 
-    def write(self, job: Job, stats: dict, gathered: Gathered, interval: float, state: dict, since: Since) -> None:
+    def write(self, job: Job, stats: dict, gathered: Gathered, interval: float, state: dict, since: Since,
+              serial: dict | None = None) -> None:
+        """`serial`: the training loop's latest serial period (learner/report/serial.py), with job.collection
+        the record's `collection` breakdown."""
         r, ep, g = self.cfg.run, self.episodes, gathered
         rate = (job.env_steps - since.env_steps) / max(state["elapsed_s"] - since.elapsed_s, 1e-9)
         record = {
@@ -74,6 +78,7 @@ class Reporter:
             "kl_beta": stats.get("kl_beta"), "update_kl": stats.get("update_kl"),
             "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
             "policy_lag": self.policy_lag, "events": g.events,
+            "collection": None if job.collection is None else {**job.collection, "serial_s": serial},
         }
         if r.batch_checksum:
             record["batch_checksum"] = stats.get("batch_checksum")

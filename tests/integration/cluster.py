@@ -159,3 +159,18 @@ def finish_with_one_more_actor(proc: subprocess.Popen, run_dir: Path, *actor_arg
             kill_group(extra)
         kill_group(proc)
     return out
+
+
+def assert_breakdown(records: list[dict], collectors: int) -> None:
+    """Every line's `collection`: where its rollout's env-slot time went, its batches, its messages per
+    collector; from the second line on, the serial time before it by phase."""
+    for r in records:
+        c = r["collection"]
+        parts = c["waiting_actions_s"] + c["parked_end_s"] + c["with_actors_s"]
+        assert c["env_slots"] == r["env_slots"] and abs(parts - c["slot_s"]) < 0.01 * c["slot_s"] + 0.01, c
+        assert len(c["messages_per_s"]) == collectors and all(x > 0 for x in c["messages_per_s"]), c
+        assert c["batches"] > 0 and 0 < c["batch_slots"]["p50"] <= c["env_slots"], c
+        assert 0 < c["batch_latency_ms"]["p50"] <= c["batch_latency_ms"]["p99"], c
+    for r in records[1:]:
+        serial = r["collection"]["serial_s"]
+        assert {"batch", "update", "join", "publish", "total"} <= serial.keys() and serial["total"] > 0, serial

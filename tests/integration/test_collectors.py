@@ -12,8 +12,9 @@ import signal
 import pytest
 import zmq
 
-from tests.integration.cluster import (alive, assert_session_gone, curve_keys, curve_settings, endpoints, kill_group,
-                                       launch, metrics, run_launch, start_actor, stop, wait_for)
+from tests.integration.cluster import (alive, assert_breakdown, assert_session_gone, curve_keys, curve_settings,
+                                       endpoints, kill_group, launch, metrics, run_launch, start_actor, stop,
+                                       wait_for)
 
 pytestmark = pytest.mark.integration
 TWO = ("--set", "cluster.collectors=2")
@@ -48,6 +49,7 @@ def test_two_collectors_share_the_actors_train_and_count_what_they_see(tmp_path)
     assert rows[-1]["episodes"] > 0 and rows[-1]["episode_return_mean"] is not None
     assert [r["weights_version"] for r in rows] == list(range(1, len(rows) + 1))
     assert rows[-1]["rejected_messages"] >= 1
+    assert_breakdown(rows, collectors=2)
     log = (run_dir / "learner.log").read_text()
     assert "[collector 1] rejected message" in log, log[-3000:]
     events = [e for r in rows for e in r["events"]]

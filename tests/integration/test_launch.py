@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from tests.integration.cluster import (ROOT, assert_no_stragglers, assert_session_gone, kill_group, launch, metrics,
-                                      run_launch, stop, wait_for)
+from tests.integration.cluster import (ROOT, assert_breakdown, assert_no_stragglers, assert_session_gone, kill_group,
+                                      launch, metrics, run_launch, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,7 @@ def test_smoke_run_trains_checkpoints_and_cleans_up(tmp_path):
     assert [r["update"] for r in records] == list(range(1, len(records) + 1))
     assert records[-1]["env_steps"] >= 256 and records[-1]["actors"] == 2
     assert all(r["weights_version"] == r["update"] for r in records)
+    assert_breakdown(records, collectors=1)
     ckpts = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
     assert ckpts, "no checkpoint written"
     state = torch.load(ckpts[-1], weights_only=True)

@@ -146,6 +146,10 @@ def test_one_rollout_lands_where_it_belongs(learner_side):
     assert buf is not None and buf.is_complete()
     assert actor.welcome.slots == [0, 1] and buf.slots == [0, 1]
     assert buf.completed == [T, T] and gateway.rejected == 0
+    counts = collector.counts  # where the rollout's time went: every report and batch counted once
+    assert (counts.env_slots, counts.messages, counts.batch_slots.tolist()) == (K, T, [K] * T)  # the first report
+                                                                                       # came before it began
+    assert counts.wall_s > 0 and counts.waiting_actions_s > 0 and counts.parked_end_s >= 0
 
     # what the network saw, step by step (no normalizer: the raw observations)
     for t in range(T):

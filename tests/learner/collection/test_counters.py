@@ -1,0 +1,82 @@
+"""The breakdown arithmetic of learner/collection/counters.py, on an injected clock."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from learner.collection.counters import RolloutCounters, RolloutCounts, percentiles, summarize
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Group:
+    slots: list[int]
+    arrived: float
+
+
+def test_percentiles_of_known_values():
+    got = percentiles(np.arange(1, 101), digits=3)
+    assert got == {"mean": 50.5, "p50": 50.5, "p90": 90.1, "p99": 99.01}
+    assert percentiles(np.array([0.002, 0.004]), scale=1000.0) == {"mean": 3.0, "p50": 3.0, "p90": 3.8, "p99": 3.98}
+    assert percentiles(np.zeros(0)) is None
+
+
+def test_a_rollouts_env_slot_time_splits_into_waiting_parked_and_with_the_actors():
+    clock = Clock()
+    counters = RolloutCounters(clock)           # the rollout starts at 100
+    a, b = Group([0, 1], 100.0), Group([2, 3], 100.0)
+    clock.now = 100.5
+    counters.served([a, b], since=100.25)       # 4 slots waited 0.5 s each; the batch took 0.25 s
+    for _ in range(3):
+        counters.message()
+    b.arrived = 101.0
+    clock.now = 101.1
+    counters.served([b], since=101.0)           # 2 slots waited 0.1 s
+    a.arrived = 102.0                           # a did its steps at 102 and waits for the end
+    clock.now = 104.0
+    counts = counters.finish(4, [a])
+    assert counts.wall_s == pytest.approx(4.0)
+    assert counts.waiting_actions_s == pytest.approx(4 * 0.5 + 2 * 0.1)
+    assert counts.parked_end_s == pytest.approx(2 * 2.0)
+    assert counts.with_actors_s == pytest.approx(16.0 - 2.2 - 4.0)
+    assert counts.messages == 3
+    assert counts.batch_slots.tolist() == [4, 2]
+    assert counts.batch_latency_s.tolist() == pytest.approx([0.25, 0.1])
+
+
+def test_each_rollout_counts_from_its_own_start():
+    clock = Clock()
+    counters = RolloutCounters(clock)
+    counters.message()
+    counters.served([Group([0], 100.0)], since=100.0)
+    clock.now = 110.0
+    counters.begin()
+    clock.now = 111.0
+    counts = counters.finish(1, [])
+    assert (counts.wall_s, counts.messages, counts.waiting_actions_s, len(counts.batch_slots)) == (1.0, 0, 0.0, 0)
+
+
+def test_summary_adds_env_slot_time_over_collectors_and_gives_messages_per_second_each():
+    one = RolloutCounts(2.0, 4, 100, 1.0, 2.0, np.array([4, 2], np.int32), np.array([0.001, 0.003], np.float32))
+    two = RolloutCounts(4.0, 2, 40, 1.0, 0.0, np.array([2], np.int32), np.array([0.002], np.float32))
+    s = summarize([one, two])
+    assert s["slot_s"] == 16.0 and s["env_slots"] == 6 and s["rollout_s"] == 4.0
+    assert (s["waiting_actions_s"], s["parked_end_s"], s["with_actors_s"]) == (2.0, 2.0, 12.0)
+    assert (s["waiting_actions_share"], s["parked_end_share"], s["with_actors_share"]) == (0.125, 0.125, 0.75)
+    assert s["messages"] == [100, 40] and s["messages_per_s"] == [50.0, 10.0]
+    assert s["batches"] == 3 and s["batch_slots"]["p50"] == 2.0
+    assert s["batch_latency_ms"]["p50"] == pytest.approx(2.0)
+    assert summarize([]) is None
+
+
+def test_with_the_actors_is_never_negative():
+    assert RolloutCounts(1.0, 1, 0, 0.7, 0.6).with_actors_s == 0.0
