@@ -159,3 +159,5 @@ def finish_with_one_more_actor(proc: subprocess.Popen, run_dir: Path, *actor_arg
             kill_group(extra)
         kill_group(proc)
     return out
+
+NO_RESTART = "--max-learner-restarts"  # with "0": a learner that ends abnormally ends the run (as before issue 43)
