@@ -347,6 +347,7 @@ class Cluster:
         self.actors: dict[int, mp.Process] = {}
         self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
         self.restarts: dict[int, int] = {}
+        self.left: set[int] = set()  # actor slots whose actor left on a goodbye
         self.refusals = self.ctx.SimpleQueue()  # (actor name, reason) from actors the learner refused
         self.refused: dict[str, str] = {}
         self.learners_told = False  # the learners were sent SIGTERM after a stop request
@@ -421,11 +422,19 @@ class Cluster:
             return False
         self.resume, self.ranks = True, self._rank_envs()  # a fresh MASTER_PORT for a multi-rank job
         try:
-            self._start_learners()
+            if self._start_learners():
+                self._start_actors_that_left()
         except RuntimeError as exc:  # it did not come up in time
             log.error("%s", exc)
             self.stops.request()
         return True
+
+    def _start_actors_that_left(self) -> None:
+        """Collector processes say goodbye to their actors when the learner dies (they exit 0): ours are started
+        again for the restarted learner, not counted as restarts. The others rejoin by themselves."""
+        for i in sorted(self.left | {i for i, p in self.actors.items() if p.exitcode == 0}):
+            self._start_actor(i)
+        self.left.clear()
 
     def _record_pids(self) -> None:
         """RUN_DIR/processes.json: who is running, for users (and tests) looking for stragglers."""
@@ -484,8 +493,9 @@ class Cluster:
             for i, proc in list(self.actors.items()):
                 if proc.is_alive() or self.stops():
                     continue
-                if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart
+                if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart (but see _restart_learners)
                     del self.actors[i]
+                    self.left.add(i)
                     continue
                 if proc.exitcode == EXIT_REFUSED:  # a restart would be refused again
                     log.error("actor-%d was refused: %s; not restarting it", i, self._refusal(f"actor-{i}"))
