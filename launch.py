@@ -35,6 +35,7 @@ if __name__ == "__main__":  # not in the spawned children, which re-import this 
 import argparse  # noqa: E402 (the handlers above come first)
 import json
 import logging
+import math
 import multiprocessing as mp
 import re
 import shutil
@@ -50,6 +51,7 @@ from actor import EXIT_REFUSED, leave_on_sigterm, name_process
 from learner import config_docs
 from learner.config import (Config, ConfigError, Device, check_resume, field_docs, from_dict, load, to_toml,
                             with_topology)
+from learner.restarts import DiskSpace, RestartPolicy, Verdict, cause, last_update
 from learner.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
 from protocol.files import WriteFailed, atomic_write
 
@@ -59,6 +61,7 @@ ACTOR_GRACE_S = 10.0  # at the end of a run: the actors' time to leave on the le
 ACTOR_GRACE_STOPPING_S = 2.0  # the same after Ctrl-C or SIGTERM (an actor still starting has no goodbye to hear)
 EXIT_FORCED = 130  # a second Ctrl-C: 128 + SIGINT, as a shell reports an interrupted command
 LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank ended
+SPACE_POLL_S = 2.0  # a full disk: how often the free space is looked at again before a restart
 
 
 class HelpConfig(argparse.Action):
@@ -102,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learner ranks on this host, data-parallel over torch.distributed (default: cluster.learners, 1); "
                         "under torchrun or srun each worker is one rank instead")
     p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
+    p.add_argument("--max-learner-restarts", type=int, default=3,
+                   help="restarts of a learner that ended abnormally (crash, kill -9, a hung collector), each from its "
+                        "newest checkpoint, before the run ends with an error; 0: none (default: %(default)s)")
     return p
 
 
@@ -200,20 +206,23 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, 
     exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
-def actor_process(address: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
+def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
                   keys: tuple[str, str] | None = None, refusals=None) -> None:
+    """`endpoints`: the learner rank's endpoints file, read at every (re)join: a learner restarted by this
+    launcher binds anew, and our actors keep rejoining while we live (we stop them at the end)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     leave_on_sigterm()  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
     name_process(name)
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from actor.runner import ActorOptions, Wire, run  # here, in the child: the launcher never imports the envs
+    from actor.runner import ActorOptions, Deadlines, Wire, run  # here, in the child: the launcher never imports the envs
     curve = None
     if keys:
         from protocol.security import ClientKeys  # here: zmq's CURVE, only when keys are given
         curve = ClientKeys.load(*keys)
     tell = (lambda reason: refusals.put((name, reason))) if refusals is not None else None
     sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
-                              wire=Wire(curve=curve)), on_refused=tell))
+                              deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve), endpoints=endpoints),
+                 on_refused=tell))
 
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
@@ -279,17 +288,66 @@ class StopRequests:
                 pass
         os._exit(EXIT_FORCED)
 
+class LearnerRestarts:
+    """Whether launch.py starts its learner again after it ended abnormally (learner/restarts.py's policy: bounded,
+    with a back-off, no loop on a fault that repeats at once), and the waits before: the back-off, and a full disk
+    (one line, then polled until there is room; a stop request ends either). Under torchrun or srun their own
+    --max-restarts restarts the job instead (`enabled` False)."""
+
+    def __init__(self, policy: RestartPolicy, run_dir: Path, stops: StopRequests, enabled: bool = True):
+        self.policy, self.stops, self.enabled = policy, stops, enabled
+        self.metrics, self.disk = run_dir / "metrics.jsonl", DiskSpace(run_dir)
+        self.baseline = last_update(self.metrics)  # the last update before the learner now running
+
+    @property
+    def used(self) -> int:
+        return self.policy.used
+
+    def started(self) -> None:
+        """The learner is up, its resume done (the logs cut back to its checkpoint): its progress counts from here."""
+        self.baseline = last_update(self.metrics)
+
+    def decide(self, name: str, exitcode: int | None) -> Verdict | None:
+        """One line either way, naming the cause; None: not restarted (stopping, or not ours to restart)."""
+        if not self.enabled or self.stops():
+            return None
+        reached = last_update(self.metrics)
+        verdict = self.policy.decide(exitcode, reached > self.baseline)
+        self.baseline = reached  # a learner that dies before its resume is done has made no progress
+        if not verdict.restart:
+            log.error("the learner (%s) %s after update %d; not restarting it: %s", name, cause(exitcode),
+                      reached, verdict.why)
+            return None
+        log.warning("the learner (%s) %s after update %d: restart %d of %d, from its newest checkpoint, "
+                    "in %gs", name, cause(exitcode), reached, self.policy.used, self.policy.limit, verdict.delay_s)
+        return verdict
+
+    def wait(self, verdict: Verdict) -> bool:
+        """The back-off, then room on the disk. False when a stop request came meanwhile."""
+        until = time.monotonic() + verdict.delay_s
+        while time.monotonic() < until and not self.stops():
+            time.sleep(0.1)  # a back-off, not synchronization: a Ctrl-C ends it within 0.1 s
+        short = self.disk.shortfall()
+        if short is not None:
+            log.warning("the disk of %s is full (%s): waiting for space before the restart", self.disk.run_dir, short)
+        while short is not None and not self.stops():
+            time.sleep(SPACE_POLL_S)  # polling the free space, not synchronization
+            short = self.disk.shortfall()
+        return not self.stops()
+
 
 class Cluster:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int, max_restarts: int, stops: StopRequests):
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int, max_restarts: int, stops: StopRequests,
+                 learner_restarts: LearnerRestarts):
         self.cfg, self.run_dir, self.resume, self.groups = cfg, run_dir, resume, groups
-        self.max_restarts, self.stops = max_restarts, stops
+        self.max_restarts, self.stops, self.learner_restarts = max_restarts, stops, learner_restarts
         self.ctx = mp.get_context("spawn")
         self.learners: list[mp.Process] = []  # this host's learner ranks
         self.ranks = self._rank_envs()  # the environment of each (empty: one learner on its own)
         self.actors: dict[int, mp.Process] = {}
         self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
         self.restarts: dict[int, int] = {}
+        self.left: set[int] = set()  # actor slots whose actor left on a goodbye
         self.refusals = self.ctx.SimpleQueue()  # (actor name, reason) from actors the learner refused
         self.refused: dict[str, str] = {}
         self.learners_told = False  # the learners were sent SIGTERM after a stop request
@@ -318,6 +376,21 @@ class Cluster:
     def start(self) -> None:
         """The learners, then (once every one has written its endpoints) the actors and the evaluator. Returns
         early on a stop request or a learner that ended: supervise() then winds down whatever runs."""
+        if not self._start_learners():
+            return
+        for i in range(self.cfg.cluster.actors):
+            if self.stops():
+                return
+            self._start_actor(i)
+        if self.cfg.eval.every > 0 and not self.stops():
+            self.evaluator = self.ctx.Process(target=eval_process, name="evaluator", daemon=False,
+                                              args=(self.cfg.to_dict(), str(self.run_dir), os.getpid()))
+            self.stops.started(self.evaluator)
+            self._record_pids()
+
+    def _start_learners(self) -> bool:
+        """Every local learner rank, then their addresses once written; False if a stop or an end came first."""
+        self.learners, self.addresses = [], []
         for env in self.ranks:
             self._endpoint_file(env).unlink(missing_ok=True)
             proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",
@@ -328,18 +401,40 @@ class Cluster:
         for env, proc in zip(self.ranks, self.learners):
             address = self._await_endpoint(env, proc)
             if address is None:
-                return
+                return False
             self.addresses.append(address)
+        self.learner_restarts.started()
         self._record_pids()
-        for i in range(self.cfg.cluster.actors):
-            if self.stops():
-                return
+        return True
+
+    def _restart_learners(self) -> bool:
+        """A learner rank ended abnormally: the others are stopped, and (if the policy allows, after its waits)
+        every rank starts again from the newest checkpoint, as --resume does. Our actors keep rejoining
+        meanwhile (the new endpoints file tells them where). False: not restarted."""
+        first = next(p for p in self.learners if not p.is_alive())
+        verdict = None if first.exitcode == 0 else self.learner_restarts.decide(first.name, first.exitcode)
+        if verdict is None:
+            return False
+        self._stop_learners()
+        for env in self.ranks:  # no actor rejoins the dead address meanwhile
+            self._endpoint_file(env).unlink(missing_ok=True)
+        if not self.learner_restarts.wait(verdict):
+            return False
+        self.resume, self.ranks = True, self._rank_envs()  # a fresh MASTER_PORT for a multi-rank job
+        try:
+            if self._start_learners():
+                self._start_actors_that_left()
+        except RuntimeError as exc:  # it did not come up in time
+            log.error("%s", exc)
+            self.stops.request()
+        return True
+
+    def _start_actors_that_left(self) -> None:
+        """Collector processes say goodbye to their actors when the learner dies (they exit 0): ours are started
+        again for the restarted learner, not counted as restarts. The others rejoin by themselves."""
+        for i in sorted(self.left | {i for i, p in self.actors.items() if p.exitcode == 0}):
             self._start_actor(i)
-        if self.cfg.eval.every > 0 and not self.stops():
-            self.evaluator = self.ctx.Process(target=eval_process, name="evaluator", daemon=False,
-                                              args=(self.cfg.to_dict(), str(self.run_dir), os.getpid()))
-            self.stops.started(self.evaluator)
-            self._record_pids()
+        self.left.clear()
 
     def _record_pids(self) -> None:
         """RUN_DIR/processes.json: who is running, for users (and tests) looking for stragglers."""
@@ -368,8 +463,9 @@ class Cluster:
         return None
 
     def _start_actor(self, i: int) -> None:
+        rank = i % len(self.addresses)
         proc = self.ctx.Process(target=actor_process, name=f"actor-{i}", daemon=False, args=(
-            self.addresses[i % len(self.addresses)], self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
+            self.addresses[rank], str(self._endpoint_file(self.ranks[rank])), self.cfg.cluster.envs_per_actor, self.groups, f"actor-{i}", os.getpid(),
             str(self.run_dir / "actors.log"), self._actor_keys(), self.refusals))
         self.stops.started(proc)
         self.actors[i] = proc
@@ -390,13 +486,16 @@ class Cluster:
                 self.learners_told = True
             wait([*[p.sentinel for p in self.learners], *[p.sentinel for p in self.actors.values()]], timeout=0.5)
             if not all(p.is_alive() for p in self.learners):
-                return self._shutdown()
+                if not self._restart_learners():
+                    return self._shutdown()
+                continue
             now = time.monotonic()
             for i, proc in list(self.actors.items()):
                 if proc.is_alive() or self.stops():
                     continue
-                if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart
+                if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart (but see _restart_learners)
                     del self.actors[i]
+                    self.left.add(i)
                     continue
                 if proc.exitcode == EXIT_REFUSED:  # a restart would be refused again
                     log.error("actor-%d was refused: %s; not restarting it", i, self._refusal(f"actor-{i}"))
@@ -465,6 +564,8 @@ class Cluster:
             codes = [0 if c == -signal.SIGTERM else c for c in codes]
         failed = [c for c in codes if c != 0]
         code = 0 if not failed else 2 if codes[0] == 2 else failed[0]
+        if code == 2 and self.learner_restarts.used:  # a restarted learner refused: the directory holds a run
+            code = 1
         if self.evaluator is not None:
             self.evaluator.terminate()
         if code not in (0, 2):
@@ -496,15 +597,16 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return run_cluster(cfg, run_dir, resume, args.max_restarts, stops, created, saved)
+        return run_cluster(cfg, run_dir, resume, (args.max_restarts, args.max_learner_restarts), stops, created, saved)
     finally:
         lock.release()
 
 
 def prepare(args) -> tuple[Config, Path, bool]:
     """The config, run directory and whether it resumes: everything checked, nothing written yet."""
-    if args.max_restarts < 0:
-        raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    for flag in ("max_restarts", "max_learner_restarts"):
+        if getattr(args, flag) < 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     cfg, run_dir = resolve_config(args)
     cfg = with_topology(cfg)
     check_groups(cfg, cfg.cluster.groups)
@@ -544,12 +646,16 @@ def take_run_dir(run_dir: Path, cfg: Config) -> tuple[RunLock, bool, bytes | Non
     return lock, created, saved
 
 
-def run_cluster(cfg: Config, run_dir: Path, resume: bool, max_restarts: int, stops: StopRequests, created: bool,
-                saved: bytes | None) -> int:
+def run_cluster(cfg: Config, run_dir: Path, resume: bool, restart_limits: tuple[int, int], stops: StopRequests,
+                created: bool, saved: bytes | None) -> int:
+    """restart_limits: --max-restarts (per actor slot) and --max-learner-restarts."""
+    max_restarts, max_learner_restarts = restart_limits
     learners = f"{cfg.cluster.learners} learner ranks" if cfg.cluster.learners > 1 else "learner"
     log.info("run directory %s: %s + %d actors x %d envs", run_dir, learners, cfg.cluster.actors,
              cfg.cluster.envs_per_actor)
-    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=max_restarts, stops=stops)
+    restarts = LearnerRestarts(RestartPolicy(max_learner_restarts), run_dir, stops, enabled=external_job() is None)
+    cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=max_restarts, stops=stops,
+                      learner_restarts=restarts)
     try:
         cluster.start()
     except RuntimeError as exc:  # the learner did not come up in time

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import zmq
@@ -80,6 +82,32 @@ class ActorOptions:
     parent_pid: int = 0  # exit when this process (launch.py) is gone
     deadlines: Deadlines = field(default_factory=Deadlines)
     wire: Wire = field(default_factory=Wire)
+    endpoints: str = ""  # a run's endpoints file: when set, every (re)join goes to the address written there
+
+
+def learner_address(opts: ActorOptions) -> str:
+    """Where to (re)join: opts.learner, or the address in opts.endpoints while the learner that wrote it lives
+    (launch.py's own actors: a learner it restarted binds anew); LearnerGone while there is none."""
+    if not opts.endpoints:
+        return opts.learner
+    try:
+        info = json.loads(Path(opts.endpoints).read_text())
+        address, pid = info["address"], int(info.get("pid", 0))
+    except (OSError, ValueError, KeyError, TypeError):
+        raise LearnerGone(f"no learner in {opts.endpoints} (restarting?)") from None
+    if pid > 0 and not _alive(pid):
+        raise LearnerGone(f"the learner in {opts.endpoints} (pid {pid}) is gone")
+    return address
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # there, another user's
+    return True
 
 
 class EnvGroup:
@@ -344,7 +372,7 @@ def run(opts: ActorOptions, on_refused=None) -> int:
         while True:
             joined = []
             try:
-                reason = run_session(opts, ctx, joined, envs, address)
+                reason = run_session(opts, ctx, joined, envs, address or learner_address(opts))
                 log.info("actor %s: learner said goodbye (%s)", opts.name, reason)
                 return 0
             except Refused as exc:

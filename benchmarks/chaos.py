@@ -9,9 +9,9 @@ fault fills it). Each fault waits for the run to train with all its 8 env slots,
 
   * detected: seconds until the system showed it noticed (the event in metrics.jsonl, the refusal answered,
     the run ending with its reason);
-  * recovered: seconds until training went on again with all 8 env slots (after a --resume where the fault
-    ended the run);
-  * updates lost, episodes lost: those past the checkpoint a resume went on from (0 when the run went on);
+  * recovered: seconds until training went on again with all 8 env slots (where the fault ended the learner:
+    after launch.py restarted it from its newest checkpoint, with no person involved; issue 43);
+  * updates lost, episodes lost: those past the checkpoint a restart went on from (0 when the run went on);
   * memory peak: the largest resident memory of the learner and its collector processes meanwhile (MB).
 
 A fault is survived when training went on with every env slot within its deadline and no checkpoint was lost
@@ -155,24 +155,34 @@ def newest_checkpoint(run_dir: Path) -> int:
 
 
 def ready(run: Run) -> None:
-    """The run is training with every env slot (restarted with --resume if a fault ended it)."""
+    """The run is training with every env slot (started again with --resume if a fault ended the whole run)."""
     if not run.live():
         run.start(resume=any((run.run_dir / "checkpoints").glob("ckpt_*.pt")))
     u = run.last()["update"]
     wait(lambda: run.trained_after(u), "update with every env slot", time.monotonic(), timeout=120)
 
 
-def resume(run: Run, row: Row, before: dict, t0: float) -> None:
-    """The fault ended the run: count what was lost, resume, and time the recovery from t0."""
-    rows = {r["update"]: r for r in run.rows()}
+def restarted(run: Run, row: Row, before: dict, t0: float, old: int) -> None:
+    """The fault ended the learner (pid `old`): count what was lost, and time from t0 until launch.py, with no
+    person involved, has started it again from its newest checkpoint and it trained past that."""
+    rows = {r["update"]: r for r in run.rows()}  # read before the new learner drops the rows past `kept`
     last = max(rows) if rows else 0
     kept = newest_checkpoint(run.run_dir)
     row.updates_lost = max(0, last - kept)
     row.episodes_lost = max(0, rows.get(last, before).get("episodes", 0) - rows.get(kept, before).get("episodes", 0))
-    old = run.info("endpoints.json").get("pid")
-    run.start(resume=True)  # the new learner drops the rows past `kept` before it writes its endpoints.json
-    wait(lambda: run.info("endpoints.json").get("pid") not in (None, old), "resumed learner", t0, timeout=120)
-    row.recovered_s = wait(lambda: run.trained_after(kept), "update after the resume", t0, timeout=120)
+    wait(lambda: run.info("endpoints.json").get("pid") not in (None, old) or not run.live(), "restarted learner", t0,
+         timeout=120)
+    if not run.live():
+        raise Failed(f"the run ended (exit {run.proc.returncode}) instead of restarting its learner")
+    row.recovered_s = wait(lambda: run.trained_after(kept), "update after the restart", t0, timeout=120)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 # ----------------------------------------------------------------------------------------------- the faults
@@ -292,21 +302,20 @@ def second_run(run: Run, row: Row) -> None:
 
 
 def stop_collector(run: Run, row: Row) -> None:
-    """SIGSTOP a collector process: the run must end, naming it, within its deadline; then --resume."""
+    """SIGSTOP a collector process: the learner must stop, naming it, within its deadline; launch.py restarts it."""
     before, pid, t0 = run.last(), run.info("endpoints.json")["collectors"][1]["pid"], time.monotonic()
+    old = run.info("endpoints.json")["pid"]
     os.kill(pid, signal.SIGSTOP)
     try:
         row.detected_s = wait(lambda: "showed no sign of life" in run.console(), "the stopped collector named", t0)
-        wait(lambda: not run.live(), "end of the run", t0)
+        wait(lambda: gone(old), "end of the learner", t0)
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
-    row.note = f"run ended {round(time.monotonic() - t0, 1)} s after the stop, exit {run.proc.returncode}"
-    if run.proc.returncode == 0:
-        raise Failed("the run ended with exit 0")
-    resume(run, row, before, t0)
+    row.note = f"learner ended {round(time.monotonic() - t0, 1)} s after the stop"
+    restarted(run, row, before, t0, old)
 
 
 def _updates_in_console(run: Run) -> int:
@@ -322,8 +331,8 @@ def _checkpoint_failed(run: Run) -> bool:
 
 def disk_full(run: Run, row: Row) -> None:
     """Fill the run directory's tmpfs and keep it full until a checkpoint was due (or the run ended); free it;
-    the run must go on, or resume from a checkpoint that is intact."""
-    before, t0 = run.last(), time.monotonic()
+    the run must go on, or launch.py restart its learner from an intact checkpoint once there is space."""
+    before, t0, old = run.last(), time.monotonic(), run.info("endpoints.json")["pid"]
     due = (_updates_in_console(run) // 5 + 2) * 5  # past the next multiple of run.checkpoint_every
     filler = run.run_dir.parent / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -337,27 +346,26 @@ def disk_full(run: Run, row: Row) -> None:
     finally:
         os.close(fd)
     try:
-        wait(lambda: not run.live() or _checkpoint_failed(run) or _updates_in_console(run) >= due,
-             "checkpoint due", t0)
+        wait(lambda: gone(old) or _checkpoint_failed(run) or _updates_in_console(run) >= due, "checkpoint due", t0)
         row.detected_s = round(time.monotonic() - t0, 1)
-        said = _checkpoint_failed(run) or not run.live()
+        said = _checkpoint_failed(run) or gone(old)
     finally:
         filler.unlink()
     if not said:
         row.note = "a checkpoint was due on the full disk and nothing said it failed"
-    if run.live():
+    if not gone(old):
         after = run.last()["update"]
         row.recovered_s = wait(lambda: run.trained_after(after), "update after", t0)
     else:
-        row.note = f"the run ended (exit {run.proc.returncode}); resumed"
-        resume(run, row, before, t0)
+        row.note = "the learner stopped; launch.py restarted it once there was space"
+        restarted(run, row, before, t0, old)
 
 
 def kill_learner(run: Run, row: Row) -> None:
     before, pid, t0 = run.last(), run.info("endpoints.json")["pid"], time.monotonic()
     kill(pid, signal.SIGKILL)
-    row.detected_s = wait(lambda: not run.live(), "end of the run", t0)
-    resume(run, row, before, t0)
+    row.detected_s = wait(lambda: "was killed by SIGKILL" in run.console(), "the restart line", t0)
+    restarted(run, row, before, t0, pid)
 
 
 FAULTS = {"kill-actor": kill_actor, "stop-actor": stop_actor, "ghost": ghost, "greedy": greedy, "flood": flood,

@@ -1,9 +1,14 @@
 """The actor's env group: what reaches env.step, and what it reports back (real Pendulum, CartPole, Breakout)."""
+import json
+import os
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from actor.envs import describe_spaces, make_env
-from actor.runner import EnvGroup
+from actor.runner import ActorOptions, EnvGroup, LearnerGone, learner_address
 from protocol.settings import EnvSettings
 from tests.actor.test_envs_games_cut_in_reset import play_noop
 
@@ -79,3 +84,17 @@ def test_a_game_ended_inside_the_reset_is_reported_as_the_env_itself_reports_it(
     finally:
         group.close()
     assert reported == lengths
+
+
+def test_an_actor_given_an_endpoints_file_joins_the_address_there_while_its_learner_lives(tmp_path):
+    endpoints = tmp_path / "endpoints.json"
+    opts = ActorOptions(learner="ipc:///first", endpoints=str(endpoints))
+    assert learner_address(ActorOptions(learner="ipc:///named")) == "ipc:///named"
+    with pytest.raises(LearnerGone, match="no learner in"):  # restarting: none written yet
+        learner_address(opts)
+    endpoints.write_text(json.dumps({"address": "ipc:///second", "pid": os.getpid()}))
+    assert learner_address(opts) == "ipc:///second"
+    no_such_pid = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below it
+    endpoints.write_text(json.dumps({"address": "ipc:///third", "pid": no_such_pid}))
+    with pytest.raises(LearnerGone, match="is gone"):  # a stale file: its learner died
+        learner_address(opts)

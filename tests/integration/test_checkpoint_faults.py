@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fs_faults import full_disk
-from tests.integration.cluster import assert_session_gone, launch, metrics, stop, wait_for
+from tests.integration.cluster import NO_RESTART, assert_session_gone, launch, metrics, stop, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,8 @@ def test_a_full_disk_during_training_keeps_the_last_checkpoint_and_training_goes
     # MLP 2 x 256: a checkpoint (weights + Adam's moments) of ~1.7 MB; the disk holds one, not two
     with full_disk(run_dir / "checkpoints", size_kb=2500) as disk:
         proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "10000000",
-                      "--set", "model.hidden=256", "--set", "run.checkpoint_every=1", "--set", "log.keep_checkpoints=1")
+                      NO_RESTART, "0", "--set", "model.hidden=256", "--set", "run.checkpoint_every=1",
+                      "--set", "log.keep_checkpoints=1")
         log = run_dir / "learner.log"
         try:
             wait_for(lambda: log.exists() and "not written" in log.read_text(), 120, "a failed checkpoint write", proc)
@@ -43,7 +44,7 @@ def test_a_full_disk_under_the_whole_run_directory_stops_the_run_in_one_line(tmp
     with full_disk(tmp_path / "fs", size_kb=8192) as disk:
         run_dir = disk / "run"
         proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "10000000",
-                      "--set", "run.checkpoint_every=1000")
+                      NO_RESTART, "0", "--set", "run.checkpoint_every=1000")
         try:
             wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
             with open(disk / "filler", "wb") as f:

@@ -12,9 +12,9 @@ import signal
 import pytest
 import zmq
 
-from tests.integration.cluster import (alive, assert_breakdown, assert_session_gone, curve_keys, curve_settings,
-                                       endpoints, kill_group, launch, metrics, run_launch, start_actor, stop,
-                                       wait_for)
+from tests.integration.cluster import (NO_RESTART, alive, assert_breakdown, assert_session_gone, curve_keys,
+                                       curve_settings, endpoints, kill_group, launch, metrics, run_launch,
+                                       start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 TWO = ("--set", "cluster.collectors=2")
@@ -93,7 +93,8 @@ def test_a_collector_that_dies_ends_the_run_with_one_error_and_no_orphans(tmp_pa
     updates, mostly: the next rollout's command then finds its pipe closed (once a traceback, not this error)."""
     run_dir = tmp_path / "dies"
     proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
-                  "--total-steps", "10000000", "--set", "ppo.num_steps=32", "--set", "model.hidden=512",
+                  "--total-steps", "10000000", NO_RESTART, "0", "--set", "ppo.num_steps=32",
+                  "--set", "model.hidden=512",
                   "--set", "ppo.update_epochs=60")
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 1, 120, "a first update", proc)
@@ -112,7 +113,7 @@ def test_a_collector_that_dies_ends_the_run_with_one_error_and_no_orphans(tmp_pa
 def test_kill_9_of_the_learner_leaves_no_collector(tmp_path):
     run_dir = tmp_path / "learner-killed"
     proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
-                  "--total-steps", "10000000", "--set", "ppo.num_steps=32")
+                  "--total-steps", "10000000", NO_RESTART, "0", "--set", "ppo.num_steps=32")
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 1, 120, "a first update", proc)
         pids = [c["pid"] for c in _collectors(run_dir)]
@@ -127,7 +128,7 @@ def test_kill_9_of_the_learner_leaves_no_collector(tmp_path):
 
 def test_start_up_that_cannot_complete_ends_within_its_deadline_naming_the_collectors(tmp_path):
     result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(tmp_path / "short"), "--actors", "1",
-                        "--envs-per-actor", "4", "--set", "cluster.min_envs=64",
+                        "--envs-per-actor", "4", NO_RESTART, "0", "--set", "cluster.min_envs=64",
                         "--set", "cluster.startup_timeout_s=4", timeout=120)
     assert result.returncode != 0
     log = (tmp_path / "short" / "learner.log").read_text()

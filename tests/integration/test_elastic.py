@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from tests.integration.cluster import (alive, assert_no_stragglers, curve_keys, curve_settings, endpoints, kill_group,
-                                      launch, metrics, start_actor, stop, wait_for)
+                                      launch, metrics, start_actor, stop, wait_for, NO_RESTART)
 
 pytestmark = pytest.mark.integration
 SMOKE = ("--config", "configs/smoke.toml", "--total-steps", "10000000")
@@ -83,7 +83,8 @@ def prev_steps(run_dir, update: int) -> int:
 def test_kill_learner_then_resume_continues_and_actors_reconnect(tmp_path):
     run_dir = tmp_path / "resume"
     address = f"ipc://{tmp_path}/learner.sock"
-    args = (*SMOKE, "--run-dir", str(run_dir), "--actors", "1", "--set", f"cluster.address='{address}'",
+    args = (*SMOKE, "--run-dir", str(run_dir), "--actors", "1", NO_RESTART, "0",
+            "--set", f"cluster.address='{address}'",
             "--set", f"cluster.weights_address='ipc://{tmp_path}/weights.sock'", "--set", "run.checkpoint_every=1")
     proc = launch(*args)
     standalone = None

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.integration.cluster import (ROOT, assert_session_gone, endpoints, kill_group, launch, metrics,
-                                       session_pids, wait_for)
+                                       session_pids, wait_for, NO_RESTART)
 
 pytestmark = pytest.mark.integration
 EXIT_WITHIN_S = 3.0
@@ -72,7 +72,8 @@ def ended_within(proc: subprocess.Popen, since: float, limit_s: float) -> float:
 def test_the_run_ends_within_3_s_of_a_collector_dying(tmp_path):
     run_dir = tmp_path / "collector"
     proc = launch("--config", "configs/cartpole.toml", "--set", "cluster.collectors=2", "--run-dir", str(run_dir),
-                  "--actors", "2", "--envs-per-actor", "4", "--total-steps", "10000000", "--set", "ppo.num_steps=32")
+                  "--actors", "2", "--envs-per-actor", "4", "--total-steps", "10000000", "--set", "ppo.num_steps=32",
+                  NO_RESTART, "0")
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 1, 120, "a first update", proc)
         pids = session_pids(proc.pid)
@@ -93,7 +94,8 @@ def test_the_run_ends_within_3_s_of_a_fatal_learner_error(tmp_path):
     ERROR line to no process of the run left, under 3 s."""
     run_dir = tmp_path / "learner"
     proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--actors", "1",
-                  "--envs-per-actor", "2", "--set", "cluster.min_envs=64", "--set", "cluster.startup_timeout_s=4")
+                  "--envs-per-actor", "2", "--set", "cluster.min_envs=64", "--set", "cluster.startup_timeout_s=4",
+                  NO_RESTART, "0")
     log = run_dir / "learner.log"
     try:
         wait_for(lambda: log.exists() and "start-up did not complete" in log.read_text(), 120, "the error", proc)

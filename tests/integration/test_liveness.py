@@ -14,7 +14,7 @@ import zmq
 from learner.gateway.admission import Admission
 from protocol import messages as m
 from protocol.transport import connect_dealer
-from tests.integration.cluster import launch, metrics, start_actor, stop, kill_group, wait_for
+from tests.integration.cluster import NO_RESTART, launch, metrics, start_actor, stop, kill_group, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def test_a_stopped_collector_process_ends_the_run_loudly_within_its_deadline(tmp
     run_dir = tmp_path / "stopped"
     proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
                   "--set", "cluster.collectors=2", "--set", "cluster.actor_timeout_s=2",
-                  "--set", "run.checkpoint_every=1")
+                  "--set", "run.checkpoint_every=1", NO_RESTART, "0")
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
         collectors = json.loads((run_dir / "endpoints.json").read_text())["collectors"]

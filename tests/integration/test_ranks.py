@@ -11,7 +11,7 @@ import zmq
 
 from protocol.security import generate_keypair
 from tests.integration.cluster import (assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
-                                       start_actor, stop, wait_for)
+                                       start_actor, stop, wait_for, NO_RESTART)
 
 pytestmark = pytest.mark.integration
 CARTPOLE = ("--config", "configs/cartpole.toml", "--learners", "2", "--total-steps", "10000000")
@@ -97,7 +97,7 @@ def _send_garbage(address: str) -> None:
 def test_a_killed_rank_ends_the_job_with_an_error_and_resume_continues(tmp_path):
     run_dir = tmp_path / "killrank"
     proc = launch(*CARTPOLE, "--actors", "2", "--run-dir", str(run_dir), "--set", "run.checkpoint_every=2",
-                  "--set", "cluster.collective_timeout_s=60")
+                  "--set", "cluster.collective_timeout_s=60", NO_RESTART, "0")
     try:
         wait_for(lambda: list((run_dir / "checkpoints").glob("ckpt_*.pt")) and len(metrics(run_dir)) >= 3, 120,
                  "a checkpoint and three updates", proc)

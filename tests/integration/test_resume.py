@@ -13,7 +13,7 @@ import signal
 import pytest
 import torch
 
-from tests.integration.cluster import kill_group, launch, metrics, stop, wait_for
+from tests.integration.cluster import NO_RESTART, kill_group, launch, metrics, stop, wait_for
 
 pytestmark = pytest.mark.integration
 T, N, EPOCHS, MINIBATCHES, LR, TOTAL = 16, 2, 2, 2, 1e-3, 32_000
@@ -47,7 +47,7 @@ def expected_lr(previous_env_steps: int) -> float:
 
 def test_resume_restores_optimizer_schedule_normalizers_and_clock(tmp_path):
     run_dir = tmp_path / "resume"
-    proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), *ARGS)
+    proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), *ARGS, NO_RESTART, "0")
     try:
         wait_for(lambda: len(checkpoints(run_dir)) >= 3, 90, "three checkpoints", proc)
         learner = json.loads((run_dir / "processes.json").read_text())["learner"]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import launch, metrics, run_launch, stop, wait_for
+from tests.integration.cluster import NO_RESTART, launch, metrics, run_launch, stop, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +67,7 @@ def test_a_start_up_that_cannot_complete_ends_in_one_line_naming_what_it_waited_
     t0 = time.monotonic()
     done = run_launch("--config", "configs/smoke.toml", "--actors", "1", "--envs-per-actor", "2",
                       "--run-dir", str(run_dir), "--set", "cluster.min_envs=64", "--set", "cluster.startup_timeout_s=5",
+                      NO_RESTART, "0",
                       timeout=120)
     assert done.returncode == 1, done.stdout[-3000:]
     assert time.monotonic() - t0 < 60

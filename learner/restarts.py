@@ -1,0 +1,108 @@
+"""When launch.py restarts a learner that ended abnormally, and when it stops trying (issue 43).
+
+torchrun restarts a failed job from its checkpoint at most --max-restarts times; launch.py does the same for its
+learner (a crash, kill -9, a collector that hung or died, the watchdog): at most `limit` restarts in a run, each
+after a back-off that doubles with every restart of the last `window_s` (1 s, 2 s, 4 s ... at most `cap_s`).
+A fault that repeats at once does not loop: a learner that refused to start (exit 2: a bad config, no usable
+checkpoint) is never restarted, and `repeats` ends in a row before a single new update (a corrupt state, a
+fault in start-up) stop the restarts. A full disk is waited out before a restart (DiskSpace), not counted.
+Torch-free: the launcher reads it before any heavy import.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+EXIT_REFUSED = 2  # the learner's exit code when it refused to start (learner/main.py): it would refuse again
+
+
+@dataclass(frozen=True)
+class Verdict:
+    restart: bool
+    delay_s: float = 0.0
+    why: str = ""  # why not, when restart is False
+
+
+def cause(exitcode: int | None) -> str:
+    """How a process ended, in words: 'exited with code 1', 'was killed by SIGKILL' (multiprocessing's -N)."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+class RestartPolicy:
+    def __init__(self, limit: int, clock=time.monotonic, first_s: float = 1.0, cap_s: float = 60.0,
+                 window_s: float = 600.0, repeats: int = 2):
+        self.limit, self.clock, self.first_s, self.cap_s = limit, clock, first_s, cap_s
+        self.window_s, self.repeats = window_s, repeats
+        self.used = 0  # restarts so far
+        self.streak = 0  # abnormal ends in a row without a new update (the first start's included)
+        self.times: list[float] = []  # when each restart was decided
+
+    def decide(self, exitcode: int | None, progressed: bool) -> Verdict:
+        """After the learner ended with `exitcode` (not 0); `progressed`: it completed an update of its own."""
+        self.streak = 0 if progressed else self.streak + 1
+        if exitcode == EXIT_REFUSED:
+            return Verdict(False, why="it refused to start (its log line says why): a restart would be refused again")
+        if self.streak >= self.repeats:
+            return Verdict(False, why=f"it ended {self.streak} times in a row before completing an update: "
+                                      "the fault repeats at once")
+        if self.used >= self.limit:
+            return Verdict(False, why=f"restart limit reached ({self.limit}, --max-learner-restarts)")
+        now = self.clock()
+        recent = sum(1 for t in self.times if now - t < self.window_s)
+        self.used += 1
+        self.times.append(now)
+        return Verdict(True, delay_s=min(self.first_s * 2 ** recent, self.cap_s))
+
+
+def last_update(path: Path) -> int:
+    """The update of the last complete line of a metrics.jsonl (0: none). Reads the file's tail only."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - 65536, 0))
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            update = json.loads(line).get("update")
+        except (ValueError, AttributeError):
+            continue  # a half-written last line
+        if isinstance(update, int):
+            return update
+    return 0
+
+
+class DiskSpace:
+    """Whether the run directory's disk has room for the learner to go on: its newest checkpoint twice (the temp
+    file beside the one kept), the per-update logs a resume rewrites, and 1 MiB."""
+
+    def __init__(self, run_dir: Path, usage=shutil.disk_usage):
+        self.run_dir, self.usage = Path(run_dir), usage
+
+    def needed(self) -> int:
+        ckpts = sorted((self.run_dir / "checkpoints").glob("ckpt_*.pt"))
+        logs = [self.run_dir / name for name in ("metrics.jsonl", "episodes.jsonl")]
+        return 2 * _size(ckpts[-1] if ckpts else None) + sum(_size(p) for p in logs) + (1 << 20)
+
+    def shortfall(self) -> str | None:
+        """None when there is room; else '<free> free, <needed> needed' (MB)."""
+        free, need = self.usage(self.run_dir).free, self.needed()
+        return None if free >= need else f"{free / 1e6:.1f} MB free, {need / 1e6:.1f} MB needed"
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0

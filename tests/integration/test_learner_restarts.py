@@ -1,0 +1,105 @@
+"""launch.py restarts a learner that ended abnormally from its newest checkpoint, bounded (issue 43): real runs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.integration.cluster import launch, metrics, stop, wait_for
+
+pytestmark = pytest.mark.integration
+SMOKE = ("--config", "configs/smoke.toml", "--set", "run.checkpoint_every=2")
+
+
+def learner_pid(run_dir) -> int | None:
+    try:
+        return json.loads((run_dir / "processes.json").read_text())["learner"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+# the learner collecting in its own process (smoke), or in 2 collector processes, which say goodbye to their actors
+# when the learner dies (launch.py starts those again)
+RUNS = {"in-process": (*SMOKE, "--total-steps", "1024"),  # 16 updates of 4 envs x 16 steps
+        "collectors": ("--config", "configs/cartpole.toml", "--set", "cluster.collectors=2",
+                       "--set", "run.checkpoint_every=2", "--total-steps", "4096")}  # 16 updates of 8 x 32
+
+
+@pytest.mark.parametrize("kind", RUNS)
+def test_kill_9_of_the_learner_mid_run_is_restarted_and_the_run_reaches_its_budget_as_one_run(tmp_path, kind):
+    run_dir = tmp_path / "killed"
+    args = RUNS[kind]
+    total = int(args[-1])
+    proc = launch(*args, "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 3, 180, "three updates", proc)
+        first = learner_pid(run_dir)
+        os.kill(first, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+    assert proc.returncode == 0, out[-3000:]
+    restarts = [line for line in out.splitlines() if "restart 1 of 3" in line]
+    assert len(restarts) == 1 and "was killed by SIGKILL" in restarts[0], out[-3000:]
+    assert learner_pid(run_dir) != first
+    updates = [r["update"] for r in metrics(run_dir)]
+    assert updates == list(range(1, len(updates) + 1)), updates  # strictly increasing, none twice, none missing
+    assert metrics(run_dir)[-1]["env_steps"] >= total
+    assert "learner said goodbye" in (run_dir / "actors.log").read_text()  # our actors left at the end
+    assert "restarting actor" not in out, out[-3000:]  # none counted as an actor's failure
+    width = metrics(run_dir)[0]["env_slots"]
+    assert metrics(run_dir)[-1]["env_slots"] == width  # every actor back with the restarted learner
+
+
+def test_a_learner_that_keeps_dying_before_an_update_is_not_restarted_for_ever(tmp_path):
+    """Each learner killed as soon as it appears: the start and one restart end before an update, then the run
+    ends with an error naming the repeat."""
+    run_dir = tmp_path / "repeats"
+    proc = launch(*SMOKE, "--total-steps", "100000000", "--run-dir", str(run_dir))
+    killed: list[int] = []
+    try:
+        for _ in range(2):
+            pid = wait_for(lambda: (p := learner_pid(run_dir)) not in (None, *killed) and p, 120, "a new learner", proc)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+    assert proc.returncode == 1, out[-3000:]
+    assert "restart 1 of 3" in out and "restart 2 of 3" not in out, out[-3000:]
+    assert "2 times in a row before completing an update" in out, out[-3000:]
+    assert run_dir.is_dir()
+
+
+def test_a_restart_refused_for_unusable_checkpoints_ends_the_run_with_an_error_and_keeps_it(tmp_path):
+    run_dir = tmp_path / "corrupt"
+    proc = launch(*SMOKE, "--total-steps", "100000000", "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: list((run_dir / "checkpoints").glob("ckpt_*.pt")), 180, "a checkpoint", proc)
+        pid = learner_pid(run_dir)
+        os.kill(pid, signal.SIGSTOP)  # no checkpoint written meanwhile
+        for path in (run_dir / "checkpoints").glob("*.pt"):
+            path.write_bytes(b"not a checkpoint")
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+    assert proc.returncode == 1, out[-3000:]
+    assert "restart 1 of 3" in out and "no checkpoint in" in out, out[-3000:]
+    assert "refused to start" in out and "restart 2 of 3" not in out, out[-3000:]
+    assert (run_dir / "config.toml").is_file()  # a refused restart removes nothing
+
+
+def test_max_learner_restarts_0_ends_the_run_at_the_first_death(tmp_path):
+    run_dir = tmp_path / "none"
+    proc = launch(*SMOKE, "--total-steps", "100000000", "--run-dir", str(run_dir), "--max-learner-restarts", "0")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 180, "an update", proc)
+        os.kill(learner_pid(run_dir), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+    assert proc.returncode == 1, out[-3000:]
+    assert "was killed by SIGKILL" in out and "restart limit reached (0" in out, out[-3000:]

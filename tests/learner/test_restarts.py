@@ -1,0 +1,114 @@
+"""launch.py's restarts of its learner (issue 43): bounded, with a back-off, and no loop on a fault that repeats."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+from learner.restarts import DiskSpace, RestartPolicy, cause, last_update
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_restarts_are_bounded_by_the_limit_and_the_last_says_why():
+    policy = RestartPolicy(limit=3, clock=Clock())
+    verdicts = [policy.decide(1, progressed=True) for _ in range(4)]
+    assert [v.restart for v in verdicts] == [True, True, True, False]
+    assert "restart limit reached (3" in verdicts[-1].why
+    assert policy.used == 3
+
+
+def test_no_restart_when_the_limit_is_0():
+    verdict = RestartPolicy(limit=0, clock=Clock()).decide(-signal.SIGKILL, progressed=True)
+    assert not verdict.restart and "limit" in verdict.why
+
+
+def test_the_back_off_doubles_with_each_recent_restart_and_is_capped():
+    clock = Clock()
+    policy = RestartPolicy(limit=10, clock=clock, first_s=1.0, cap_s=5.0, window_s=600.0)
+    delays = []
+    for _ in range(5):
+        delays.append(policy.decide(1, progressed=True).delay_s)
+        clock.now += 10
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_the_back_off_falls_back_once_the_restarts_are_older_than_the_window():
+    clock = Clock()
+    policy = RestartPolicy(limit=10, clock=clock, first_s=1.0, window_s=600.0)
+    assert policy.decide(1, progressed=True).delay_s == 1.0
+    clock.now += 10
+    assert policy.decide(1, progressed=True).delay_s == 2.0
+    clock.now += 595
+    assert policy.decide(1, progressed=True).delay_s == 2.0  # the first is out of the window, the second not
+    clock.now += 601
+    assert policy.decide(1, progressed=True).delay_s == 1.0
+
+
+def test_a_learner_that_ends_twice_in_a_row_before_an_update_is_not_restarted_again():
+    policy = RestartPolicy(limit=10, clock=Clock(), repeats=2)
+    assert policy.decide(1, progressed=False).restart  # the first start died at once: one more try
+    verdict = policy.decide(1, progressed=False)
+    assert not verdict.restart and "2 times in a row before completing an update" in verdict.why
+    assert policy.used == 1
+
+
+def test_progress_between_two_ends_resets_the_repeat_count():
+    policy = RestartPolicy(limit=10, clock=Clock(), repeats=2)
+    assert policy.decide(1, progressed=False).restart
+    assert policy.decide(1, progressed=True).restart
+    assert policy.decide(1, progressed=False).restart
+
+
+def test_a_learner_that_refused_to_start_is_never_restarted():
+    verdict = RestartPolicy(limit=3, clock=Clock()).decide(2, progressed=True)
+    assert not verdict.restart and "refused to start" in verdict.why
+
+
+@pytest.mark.parametrize("code, words", [(1, "exited with code 1"), (-signal.SIGKILL, "was killed by SIGKILL"),
+                                         (-signal.SIGABRT, "was killed by SIGABRT")])
+def test_the_cause_names_the_exit_code_or_the_signal(code, words):
+    assert cause(code) == words
+
+
+def test_last_update_is_the_last_complete_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    assert last_update(path) == 0
+    path.write_text(json.dumps({"update": 1}) + "\n" + json.dumps({"update": 2}) + "\n" + '{"upda')
+    assert last_update(path) == 2
+
+
+def test_last_update_reads_only_the_tail_of_a_long_log(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"update": u, "pad": "x" * 200}) + "\n" for u in range(1, 2001)))
+    assert last_update(path) == 2000
+
+
+def usage_with(free: int):
+    return lambda path: shutil._ntuple_diskusage(1 << 40, (1 << 40) - free, free)
+
+
+def test_the_disk_has_room_for_two_of_the_newest_checkpoint_and_the_logs(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "ckpt_00000002.pt").write_bytes(b"x" * 1000)
+    (tmp_path / "checkpoints" / "ckpt_00000004.pt").write_bytes(b"x" * 3000)
+    (tmp_path / "metrics.jsonl").write_bytes(b"x" * 500)
+    need = 2 * 3000 + 500 + (1 << 20)
+    assert DiskSpace(tmp_path, usage_with(need)).shortfall() is None
+    short = DiskSpace(tmp_path, usage_with(need - 1)).shortfall()
+    assert short is not None and "MB free" in short and "MB needed" in short
+
+
+def test_an_empty_run_directory_needs_1_mib(tmp_path):
+    assert DiskSpace(tmp_path, usage_with(1 << 20)).shortfall() is None
+    assert DiskSpace(tmp_path, usage_with((1 << 20) - 1)).shortfall() is not None
+    assert DiskSpace(tmp_path).shortfall() is None or os.statvfs(tmp_path).f_bavail == 0  # the real disk
