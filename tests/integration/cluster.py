@@ -174,4 +174,6 @@ def assert_breakdown(records: list[dict], collectors: int) -> None:
     for r in records[1:]:
         serial = r["collection"]["serial_s"]
         assert {"batch", "update", "join", "publish", "total"} <= serial.keys() and serial["total"] > 0, serial
+
+
 NO_RESTART = "--max-learner-restarts"  # with "0": a learner that ends abnormally ends the run (as before issue 43)
