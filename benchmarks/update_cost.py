@@ -40,7 +40,7 @@ def new_model(channels_last: bool = True):
 
 def _nchw_forward(model):
     def forward(obs):
-        hidden = model.trunk(obs.float() * model.scale)
+        hidden = model.encoder.trunk(obs.float() * model.encoder.scale)
         return model.head(hidden), model.critic(hidden).squeeze(-1)
     return forward
 

@@ -177,14 +177,14 @@ class PPOConfig(BaseModel):
 class ModelConfig(BaseModel):
     model_config = SCHEMA
 
-    kind: Literal["auto", "cnn", "mlp"] = "auto"
-    """auto (cnn for images, mlp for vectors) | cnn | mlp"""
+    kind: Literal["auto", "cnn", "impala", "mlp"] = "auto"
+    """auto (cnn for images, mlp for vectors) | cnn (the Nature CNN, 512 features) | impala (IMPALA's 15-layer residual CNN, 256 features; about 6x the Nature CNN's compute) | mlp"""
     hidden: Annotated[int, Field(ge=1, le=65_536)] = 64
     """mlp: width of each of the two tanh layers"""
     activation: Literal["relu", "elu"] = "relu"
-    """cnn: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
+    """cnn, impala: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
     normalize_input: bool = False
-    """cnn: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)"""
+    """cnn, impala: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)"""
 
 
 class NormalizeConfig(BaseModel):

@@ -5,7 +5,8 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from learner.config import ModelConfig
-from learner.model.networks import MLPActorCritic, NatureCNN, build_model
+from learner.model.encoders import FlatEncoder, PixelEncoder
+from learner.model.networks import build_model
 from protocol.spaces import SpaceSpec
 
 IMAGE = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
@@ -20,7 +21,7 @@ def spectral_norm(w):
 
 def test_cnn_shapes():
     model = build_model(IMAGE, DISCRETE, ModelConfig())
-    assert isinstance(model, NatureCNN)
+    assert isinstance(model.encoder, PixelEncoder)
     obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
     action, logprob, value = model.act(obs)
     assert action.shape == (5,) and action.dtype == torch.long
@@ -42,17 +43,17 @@ def test_cnn_any_resolution():
 def test_cnn_scales_pixels_inside():
     model = build_model(IMAGE, DISCRETE, ModelConfig())
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
-    expected = model.critic(model.trunk(obs.float() / 255)).squeeze(-1)
+    expected = model.critic(model.encoder.trunk(obs.float() / 255)).squeeze(-1)
     torch.testing.assert_close(model.value(obs), expected)
 
 
 @pytest.mark.parametrize("activation,layer", [("relu", torch.nn.ReLU), ("elu", torch.nn.ELU)])
 def test_cnn_activation_is_the_configured_one_in_every_hidden_layer(activation, layer):
     model = build_model(IMAGE, DISCRETE, ModelConfig(activation=activation))
-    acts = [m for m in model.trunk.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.ELU))]
+    acts = [m for m in model.encoder.trunk.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.ELU))]
     assert len(acts) == 4 and all(type(m) is layer for m in acts)
     obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
-    hidden = model.trunk(obs.float() / 255)  # the 512 features go below 0 only with elu
+    hidden = model.encoder.trunk(obs.float() / 255)  # the 512 features go below 0 only with elu
     assert bool((hidden < 0).any()) == (activation == "elu")
 
 
@@ -64,7 +65,7 @@ def test_activation_is_validated():
 
 def test_mlp_shapes_box():
     model = build_model(VECTOR, BOX3, ModelConfig(hidden=32))
-    assert isinstance(model, MLPActorCritic)
+    assert isinstance(model.encoder, FlatEncoder)
     obs = torch.randn(7, 8)
     action, logprob, value = model.act(obs)
     assert action.shape == (7, 3) and action.dtype == torch.float32
@@ -81,7 +82,7 @@ def test_init_gains():
     cnn = build_model(small_image, DISCRETE, ModelConfig())
     assert spectral_norm(cnn.head.linear.weight) == pytest.approx(0.01, rel=1e-3)
     assert spectral_norm(cnn.critic.weight) == pytest.approx(1.0, rel=1e-3)
-    assert spectral_norm(cnn.trunk[1].weight) == pytest.approx(math.sqrt(2), rel=1e-3)
+    assert spectral_norm(cnn.encoder.trunk[1].weight) == pytest.approx(math.sqrt(2), rel=1e-3)
     mlp = build_model(VECTOR, BOX3, ModelConfig())
     assert spectral_norm(mlp.head.linear.weight) == pytest.approx(0.01, rel=1e-3)
     assert spectral_norm(mlp.actor[0].weight) == pytest.approx(math.sqrt(2), rel=1e-3)
@@ -130,11 +131,11 @@ def test_act_deterministic_with_generator(action_space):
 
 
 def test_build_model_selection():
-    assert isinstance(build_model(IMAGE, DISCRETE, ModelConfig(kind="auto")), NatureCNN)
-    assert isinstance(build_model(VECTOR, DISCRETE, ModelConfig(kind="auto")), MLPActorCritic)
-    assert isinstance(build_model(IMAGE, DISCRETE, ModelConfig(kind="mlp", hidden=8)), MLPActorCritic)
+    assert isinstance(build_model(IMAGE, DISCRETE, ModelConfig(kind="auto")).encoder, PixelEncoder)
+    assert isinstance(build_model(VECTOR, DISCRETE, ModelConfig(kind="auto")).encoder, FlatEncoder)
+    assert isinstance(build_model(IMAGE, DISCRETE, ModelConfig(kind="mlp", hidden=8)).encoder, FlatEncoder)
     float_image = SpaceSpec(kind="box", shape=(3, 64, 64), dtype="float32")
-    assert build_model(float_image, DISCRETE, ModelConfig(kind="cnn")).scale == 1.0
+    assert build_model(float_image, DISCRETE, ModelConfig(kind="cnn")).encoder.scale == 1.0
 
 
 @pytest.mark.parametrize("obs_space, action_space, kind", [
@@ -186,3 +187,23 @@ def test_gaussian_samples_have_std_exp_log_std():
     torch.testing.assert_close(actions.mean(0), mean[0], atol=4 * 3.0 / math.sqrt(20_000), rtol=0)
     ref = Normal(mean.expand(20_000, 3), torch.tensor([3.0, 0.5, 3.0]))
     torch.testing.assert_close(logprob, ref.log_prob(actions).sum(-1))
+
+
+def test_a_checkpoint_from_before_the_encoder_split_loads():
+    """Pre-split state dicts kept `trunk.*` and `input_norm.*` at the top level."""
+    model = build_model(IMAGE, DISCRETE, ModelConfig(normalize_input=True))
+    old = {(k[len("encoder."):] if k.startswith("encoder.") else k): v.clone() + 1
+           for k, v in model.state_dict().items()}
+    assert any(k.startswith("trunk.") for k in old) and any(k.startswith("input_norm.") for k in old)
+    fresh = build_model(IMAGE, DISCRETE, ModelConfig(normalize_input=True))
+    fresh.load_state_dict(old)
+    for key, value in fresh.state_dict().items():
+        torch.testing.assert_close(value, old[key[len("encoder."):] if key.startswith("encoder.") else key])
+
+
+def test_mlp_parameters_keep_their_order():
+    """The optimizer and the gradient clipping see parameters in registration order: the policy MLP,
+    the head, the critic (as before the encoder split), so deterministic runs stay bit-identical."""
+    model = build_model(VECTOR, DISCRETE, ModelConfig(kind="mlp"))
+    names = [n.split(".")[0] for n, _ in model.named_parameters()]
+    assert names == sorted(names, key=["actor", "head", "critic"].index)

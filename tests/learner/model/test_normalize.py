@@ -120,7 +120,7 @@ def test_cnn_normalize_input_standardizes_pixels_and_observe_is_its_only_update(
     image, actions = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8"), SpaceSpec(kind="discrete", n=6)
     model = build_model(image, actions, ModelConfig(normalize_input=True))
     plain = build_model(image, actions, ModelConfig())
-    assert "input_norm.rms.mean" in model.state_dict() and "input_norm.rms.mean" not in plain.state_dict()
+    assert "encoder.input_norm.rms.mean" in model.state_dict() and "encoder.input_norm.rms.mean" not in plain.state_dict()
     obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
     before = model.value(obs)
     model.value(obs)
@@ -128,5 +128,5 @@ def test_cnn_normalize_input_standardizes_pixels_and_observe_is_its_only_update(
     model.observe(obs)
     x = obs.double() / 255
     std = (x.var(0, unbiased=False) + 1e-5).sqrt()
-    expected = model.critic(model.trunk(((x - x.mean(0)) / std).clamp(-5, 5).float())).squeeze(-1)
+    expected = model.critic(model.encoder.trunk(((x - x.mean(0)) / std).clamp(-5, 5).float())).squeeze(-1)
     torch.testing.assert_close(model.value(obs), expected, rtol=1e-3, atol=1e-3)  # count starts at 1e-4
