@@ -8,6 +8,7 @@ import socket
 import sys
 
 from actor import leave_on_sigterm, name_process
+from protocol.messages import MAX_ENV_SLOTS
 
 
 def parse_args(argv=None):
@@ -33,8 +34,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.learner.startswith(("tcp://", "ipc://")):
         p.error(f"--learner must start with tcp:// or ipc://, got {args.learner!r}")
-    if args.envs < 1 or args.envs > 4096:
-        p.error(f"--envs must be in [1, 4096], got {args.envs}")
+    if args.envs < 1 or args.envs > MAX_ENV_SLOTS:
+        p.error(f"--envs must be in [1, {MAX_ENV_SLOTS}], got {args.envs}")
     if args.envs % args.groups:
         p.error(f"--envs ({args.envs}) must be divisible by --groups ({args.groups})")
     if args.reconnect_s < 0:

@@ -11,9 +11,9 @@ What it does, in order:
    update whose window is full (100 games) and whose mean is >= TARGET. The run then stops (Ctrl-C: a final
    checkpoint, every process ends) unless --keep-going, or ends at the budget.
 2. Evaluates RUN_DIR/checkpoints/best.pt (the best smoothed return seen) over --eval-episodes full games
-   with `python -m learner.evaluate`.
+   with `python -m ppo_cluster evaluate`.
 3. Writes docs/results/<date>-<hardware>-<recipe>-seed<S>/: summary.json (target step and wall time, the
-   evaluation, the command, commit, date, hardware, resumes), plot.png (`python -m learner.plot`: the return
+   evaluation, the command, commit, date, hardware, resumes), plot.png (`python -m ppo_cluster plot`: the return
    against steps and against wall time, and the PPO statistics), metrics.jsonl.gz, config.toml and
    learner.log.gz.
 
@@ -121,12 +121,12 @@ def evaluate(run_dir: Path, episodes: int) -> dict | None:
     best = run_dir / "checkpoints" / "best.pt"
     if episodes == 0 or not best.exists():
         return None
-    cmd = [sys.executable, "-m", "learner.evaluate", str(best), "--episodes", str(episodes)]
+    cmd = [sys.executable, "-m", "ppo_cluster", "evaluate", str(best), "--episodes", str(episodes)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     print(out.stdout, out.stderr, sep="", flush=True)
     returns = [float(m) for m in re.findall(r"^episode \d+: return (\S+)", out.stdout, re.M)]
     best_info = run_dir / "checkpoints" / "best.json"
-    return {"command": f"python -m learner.evaluate {best} --episodes {episodes}", "returns": returns,
+    return {"command": f"python -m ppo_cluster evaluate {best} --episodes {episodes}", "returns": returns,
             "mean": sum(returns) / len(returns) if returns else None,
             "best_checkpoint": json.loads(best_info.read_text()) if best_info.exists() else None}
 
@@ -187,7 +187,7 @@ def publish(args: argparse.Namespace, run_dir: Path, summary: dict) -> Path:
             with open(run_dir / name, "rb") as src, gzip.open(entry / f"{name}.gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)
     shutil.copy(run_dir / "config.toml", entry / "config.toml")
-    subprocess.run([sys.executable, "-m", "learner.plot", str(run_dir), "-o", str(entry / "plot.png")],
+    subprocess.run([sys.executable, "-m", "ppo_cluster", "plot", str(run_dir), "-o", str(entry / "plot.png")],
                    cwd=ROOT, check=False, timeout=600)
     return entry
 

@@ -17,9 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
-from learner.gateway.admission import HARD_MAX_ENVS
-from learner.gateway.registry import MAX_ENV_SLOTS
 from protocol import compression
+from protocol.messages import MAX_ENV_SLOTS
 from protocol.settings import SCHEMA, EnvSettings, Rule, describe
 from protocol.transport import LOCAL
 
@@ -111,7 +110,7 @@ class ClusterConfig(BaseModel):
     """largest message accepted on a socket"""
     memory_budget_mb: Annotated[int, Field(ge=0)] = 0
     """the learner's memory for all actors' rollouts together, in MB: a handshake that would pass it waits until slots free up (0: half of this machine's memory)"""
-    max_envs_per_actor: Annotated[int, Field(ge=0, le=HARD_MAX_ENVS)] = 0
+    max_envs_per_actor: Annotated[int, Field(ge=0, le=MAX_ENV_SLOTS)] = 0
     """env slots one actor may claim; a handshake claiming more is refused (0: 256, or the run's own envs if more, within the budget)"""
     codec: Literal[compression.SETTINGS] = "auto"
     """how actors' observation frames travel: 'auto' (zstd for actors over TCP beyond loopback, raw on the local socket and 127.0.0.1), 'none' (raw), 'zstd' or 'lz4' (when the actor has it; raw for actors without). See docs/scaling.md"""

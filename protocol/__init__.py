@@ -5,8 +5,8 @@ process (processes.py).
 Imports neither torch nor gymnasium: an actor in central-inference mode depends on this package only.
 """
 from protocol.errors import ProtocolError
-from protocol.messages import PROTOCOL_VERSION
+from protocol.messages import MAX_ENV_SLOTS, PROTOCOL_VERSION
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 
-__all__ = ["PROTOCOL_VERSION", "ProtocolError", "EnvSettings", "SpaceSpec"]
+__all__ = ["MAX_ENV_SLOTS", "PROTOCOL_VERSION", "ProtocolError", "EnvSettings", "SpaceSpec"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, VersionMismatch
 
 ALLOWED_DTYPES = frozenset(
     ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "float16", "float32", "float64"]
@@ -70,7 +70,7 @@ def decode_header(frame, version: int) -> tuple[str, dict, list]:
     if not isinstance(header, dict) or not _HEADER_KEYS <= header.keys():
         raise ProtocolError("header is not a map with keys v, t, b, a")
     if header["v"] != version:
-        raise ProtocolError(f"protocol version {header['v']!r} does not match ours ({version})")
+        raise VersionMismatch(header["v"], version, header["t"])
     if not isinstance(header["t"], str) or not isinstance(header["b"], dict) or not isinstance(header["a"], list):
         raise ProtocolError("header fields have the wrong types")
     return header["t"], header["b"], header["a"]

@@ -6,3 +6,13 @@ class ProtocolError(ValueError):
 
     message_type: str | None = None
     """set by `messages.decode` once the header named a known type ("handshake", "step", ...)"""
+
+
+class VersionMismatch(ProtocolError):
+    """A message from a peer of another protocol version: other code on the other side (an actor older or newer
+    than the learner). `theirs`: the version its header named; `message_type`: the type it named (unchecked)."""
+
+    def __init__(self, theirs, ours: int, message_type):
+        super().__init__(f"protocol version {theirs!r} does not match ours ({ours})")
+        self.theirs, self.ours = theirs, ours
+        self.message_type = message_type if isinstance(message_type, str) else None

@@ -18,6 +18,7 @@ from protocol.spaces import SpaceSpec
 from protocol.usual_step import usual_step
 
 PROTOCOL_VERSION = 1
+MAX_ENV_SLOTS = 4096  # env slots one actor may host, and one learner serves (admission, registry, config)
 _NONE = (codec.EMPTY[codec.DTYPES["float64"]], codec.EMPTY[codec.DTYPES["int64"]])  # no episode ended, no env cut
 
 
@@ -155,6 +156,12 @@ def encode(msg, sender: compression.Sender | None = None) -> list:
     return codec.encode(PROTOCOL_VERSION, name, body)
 
 
+def encode_error_for(version: int, reason: str) -> list:
+    """An Error (no rejoin) for a peer of another protocol version, whose handshake is refused: the header and
+    the Error's body have this form in every version, so the peer reads why instead of failing on ours."""
+    return codec.encode(version, "error", {"reason": reason, "rejoin": False})
+
+
 def encode_actions(group: int, actions: np.ndarray, version: int) -> list:
     """encode(Actions(group, actions, version)), byte for byte, for the learner's hottest send: the header up
     to the inline action bytes is packed once per (group, version, dtype, shape), then only the bytes change."""
@@ -224,8 +231,8 @@ def _no_arrays(arrays):
 def _handshake(body, arrays, expect):
     _no_arrays(arrays)
     num_envs, groups = _get(body, "num_envs", int), _get(body, "groups", int)
-    if not 1 <= num_envs <= 4096:
-        raise ProtocolError(f"handshake: num_envs must be in [1, 4096], got {num_envs}")
+    if not 1 <= num_envs <= MAX_ENV_SLOTS:
+        raise ProtocolError(f"handshake: num_envs must be in [1, {MAX_ENV_SLOTS}], got {num_envs}")
     if groups not in (1, 2) or num_envs % groups:
         raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
     spaces = {k: None if body.get(k) is None else SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
@@ -325,8 +332,8 @@ def _check_outcome(report: StepReport) -> None:
 def _starting(body, arrays, expect):
     _no_arrays(arrays)
     built, total = _get(body, "built", int), _get(body, "total", int)
-    if not 0 <= built <= total <= 4096:
-        raise ProtocolError(f"starting: need 0 <= built <= total <= 4096, got {built}/{total}")
+    if not 0 <= built <= total <= MAX_ENV_SLOTS:
+        raise ProtocolError(f"starting: need 0 <= built <= total <= {MAX_ENV_SLOTS}, got {built}/{total}")
     return Starting(built=built, total=total)
 
 

@@ -103,6 +103,17 @@ Frames = Annotated[int, Field(ge=1, le=100)]
 NonBlank = Annotated[str, AfterValidator(Rule("non-empty", lambda text: bool(text.strip())))]
 
 
+# The [env] keys an actor of each protocol version knows (messages.PROTOCOL_VERSION). An actor refuses a Welcome
+# with a key it does not know, so a key added to EnvSettings is a new protocol version: add the keys under the
+# next number (the entries before it stay as they were) and bump PROTOCOL_VERSION; until both agree,
+# tests/protocol/test_spaces_settings.py fails. An actor of another version is then refused at its handshake
+# with a line naming both versions, not with an unknown key.
+ENV_KEYS_OF_VERSION = {
+    1: ("env_id", "noop_max", "frame_skip", "episodic_life", "fire_reset", "clip_rewards", "frame_stack",
+        "resolution", "sticky_actions", "max_episode_steps", "full_action_space"),
+}
+
+
 class EnvSettings(BaseModel):
     model_config = SCHEMA
 

@@ -54,3 +54,10 @@ def test_the_gateway_protocol_and_actors_stay_free_of_torch_and_the_learner():
              for path, names in imports(package).items() for name in names
              if any(name == b or name.startswith(b + ".") for b in banned)]
     assert wrong == []
+
+
+def test_the_config_takes_its_limits_from_the_protocol_not_from_the_learners_stages():
+    """learner/config.py is read by every stage: it imports none of them (the env-slot limit is protocol's)."""
+    (names,) = [names for path, names in imports("learner").items() if path == "learner/config.py"]
+    wrong = sorted(name for name in names if name.split(".")[:2] in (["learner", stage] for stage in STAGES))
+    assert wrong == []

@@ -1,8 +1,8 @@
 """Play full episodes with a trained policy: statistics of the raw return, and optionally a video.
 
-    python -m learner.evaluate runs/breakout-...            # newest checkpoint of a run, 10 episodes
-    python -m learner.evaluate runs/x/checkpoints/best.pt --episodes 30 --greedy --sticky-actions 0.25
-    python -m learner.evaluate runs/x --episodes 1 --video breakout.mp4
+    ppo-cluster evaluate runs/breakout-...            # newest checkpoint of a run, 10 episodes
+    ppo-cluster evaluate runs/x/checkpoints/best.pt --episodes 30 --greedy --sticky-actions 0.25
+    ppo-cluster evaluate runs/x --episodes 1 --video breakout.mp4
 
 Atari games are played whole (one episode is one game over all lives, until game over or the time limit)
 and scored by the raw game score; other tasks by their own episodes. A lost life is handled as in training:
@@ -229,7 +229,7 @@ def evaluate(policy: LoadedPolicy, episodes: int, *, greedy: bool = False, stick
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m learner.evaluate", description=__doc__,
+    p = argparse.ArgumentParser(prog="ppo-cluster evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
                    help="a run directory (its newest checkpoint is used) or a checkpoint .pt file (e.g. best.pt)")

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from protocol.messages import MAX_ENV_SLOTS
+
 ROLLOUT_COPIES = 3  # rollouts of one slot alive at once: filling, previous (reused / trained on), the batch
 STEP_SCALARS_BYTES = 32  # per step and slot besides the observation: action, log-prob, value, reward, flags
 DEFAULT_BUDGET_SHARE = 0.5  # cluster.memory_budget_mb = 0: this share of the machine's physical memory
 DEFAULT_PER_ACTOR = 256  # cluster.max_envs_per_actor = 0: at most this many (or the run's own envs, if more)
-HARD_MAX_ENVS = 4096  # env slots one learner serves, whatever the budget (see registry.MAX_ENV_SLOTS)
 
 
 class AdmissionRefused(ValueError):
@@ -58,7 +59,7 @@ class Admission:
         memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
         budget = budget_mb << 20 if budget_mb else int(memory * DEFAULT_BUDGET_SHARE) or (8 << 30)
         each = slot_bytes(obs_shape, obs_dtype, num_steps)
-        total = max(0, min(HARD_MAX_ENVS, budget // each))
+        total = max(0, min(MAX_ENV_SLOTS, budget // each))
         return cls(budget, each, total, min(total, per_actor or max(DEFAULT_PER_ACTOR, run_envs)))
 
     def split(self, parts: int) -> "Admission":

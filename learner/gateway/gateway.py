@@ -17,7 +17,7 @@ import zmq
 
 from protocol import compression
 from protocol import messages as m
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, VersionMismatch
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
@@ -69,6 +69,15 @@ class Listen:
     max_bytes: int           # the largest message a peer may send
     curve: object | None = None  # protocol.security.ServerKeys, or None
     wake: int | None = None  # a file descriptor whose input ends a poll's wait too (a collector process's pipe)
+
+
+def refusal(exc: ProtocolError) -> list:
+    """The Error answering a refused handshake; to an actor of another protocol version (other code) in its
+    version, which it can read, naming both."""
+    if isinstance(exc, VersionMismatch) and type(exc.theirs) is int:
+        return m.encode_error_for(exc.theirs, f"handshake refused: this actor speaks protocol version {exc.theirs}, "
+                                              f"the learner {exc.ours}: run the same ppo-cluster code on both")
+    return m.encode(m.Error(f"handshake refused: {exc}"))
 
 
 class Gateway:
@@ -153,8 +162,8 @@ class Gateway:
             msg = m.decode(frames[1:], expect=entry.expect if entry else None, max_bytes=self.max_bytes)
         except ProtocolError as exc:
             self._reject(identity, entry, str(exc))
-            if exc.message_type == "handshake":  # a refused actor is told why, not left waiting
-                self._answer(identity, m.Error(f"handshake refused: {exc}"))
+            if exc.message_type == "handshake" and not self.registry.is_banned(identity):
+                self._send_frames(identity, refusal(exc))  # a refused actor is told why, not left waiting
             return None
         except Exception as exc:  # a decoder bug must cost one message, never the learner
             return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 
 from learner.gateway.admission import Admission, AdmissionRefused
 from protocol import messages as m
-from protocol.messages import Expect
+from protocol.messages import MAX_ENV_SLOTS, Expect
 
 MAX_STRIKES = 20  # rejected messages tolerated from one peer before it is banned
-MAX_ENV_SLOTS = 4096  # env slots one learner serves (each actor may host up to as many, see Handshake)
 MAX_TRACKED_PEERS = 4096  # strike and ban tables keep at most this many identities (oldest forgotten first)
 BAN_S = 600.0  # how long a ban lasts
 PAUSE_S = 0.25  # a gap this long between two polls is the learner's own pause (an update): nobody's silence

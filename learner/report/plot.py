@@ -1,8 +1,8 @@
 """Training curves from metrics.jsonl: one panel per quantity, against env steps, one line per run.
 
-    python -m learner.plot runs/breakout-a                      # -> runs/breakout-a/plot.png
-    python -m learner.plot runs/breakout-a runs/breakout-b -o cmp.png   # overlaid; default ./runs_plot.png
-    python -m learner.plot --group lr3e-4=runs/a,runs/b --group lr8e-4=runs/c,runs/d --smooth 5 -o seeds.png
+    ppo-cluster plot runs/breakout-a                      # -> runs/breakout-a/plot.png
+    ppo-cluster plot runs/breakout-a runs/breakout-b -o cmp.png   # overlaid; default ./runs_plot.png
+    ppo-cluster plot --group lr3e-4=runs/a,runs/b --group lr8e-4=runs/c,runs/d --smooth 5 -o seeds.png
 
 Panels: the return against env steps and against wall time (elapsed_s: training time, continued across
 resumes), steps per second, policy loss, value loss, entropy, approx KL, clip fraction, explained
@@ -221,7 +221,7 @@ def plot_runs(run_dirs: list[Path], out: Path, groups: dict[str, list[Path]] | N
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m learner.plot", description=__doc__,
+    p = argparse.ArgumentParser(prog="ppo-cluster plot", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (each with a metrics.jsonl)")
     p.add_argument("--group", action="append", default=[], metavar="NAME=RUN_DIR,RUN_DIR,...",

@@ -38,6 +38,15 @@ class Gathered:
     dropped: int               # samples, the job's
     events: list[str]          # joins and leaves
 
+    def fields(self, world: int) -> dict:
+        """The metrics line's part: the job's totals, and each rank's with several ranks."""
+        out = {"actors": sum(self.actors), "env_slots": sum(self.widths), "rejected_messages": self.rejected,
+               "dropped_samples": self.dropped, "events": self.events}
+        if self.sums is not None:
+            out.update(learners=world, rank_env_slots=self.widths, rank_actors=self.actors,
+                       rank_weights_checksums=self.sums)
+        return out
+
 
 @dataclass(frozen=True)
 class Since:
@@ -56,39 +65,36 @@ class Reporter:
 
     def write(self, job: Job, stats: dict, gathered: Gathered, interval: float, state: dict, since: Since,
               serial: dict | None = None) -> None:
-        """`serial`: the training loop's latest serial period (learner/report/serial.py), with job.collection
-        the record's `collection` breakdown."""
-        r, ep, g = self.cfg.run, self.episodes, gathered
-        rate = (job.env_steps - since.env_steps) / max(state["elapsed_s"] - since.elapsed_s, 1e-9)
+        """One update's line: the job's progress and timing, the episodes, every statistic the update returned
+        (`stats`, whatever its keys: a new one reaches metrics.jsonl and the sinks unlisted), the collection's
+        part (`gathered`) and its breakdown (job.collection, with `serial`: the training loop's latest serial
+        period, learner/report/serial.py)."""
+        ep = self.episodes
         record = {
-            "update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(interval, 1e-9),
+            **self._progress(job, interval, state, since),
             "episode_return_mean": sum(ep.returns) / len(ep.returns) if ep.returns else None,
             "episode_length_mean": sum(ep.lengths) / len(ep.lengths) if ep.lengths else None,
-            "episodes": ep.count, "policy_loss": stats.get("policy_loss"), "value_loss": stats.get("value_loss"),
-            "entropy": stats.get("entropy"), "approx_kl": stats.get("approx_kl"),
-            "approx_kl_sq": stats.get("approx_kl_sq"), "epoch_kls": stats.get("epoch_kls"),
-            "value_norm_mean": stats.get("value_norm_mean"), "value_norm_std": stats.get("value_norm_std"),
-            "clip_fraction": stats.get("clip_fraction"), "explained_variance": stats.get("explained_variance"),
-            "learning_rate": stats.get("learning_rate", self.updater.learning_rate(job.progress)),
-            "actors": sum(g.actors), "env_slots": sum(g.widths), "weights_version": state["version"],
-            "elapsed_s": state["elapsed_s"], "collect_s": job.t1 - job.t0, "update_s": stats["update_s"],
-            "progress": min(job.env_steps / r.total_steps, 1.0),
-            "eta_s": max(r.total_steps - job.env_steps, 0) / max(rate, 1e-9),
-            "rejected_messages": g.rejected, "dropped_samples": g.dropped,
-            "kl_beta": stats.get("kl_beta"), "update_kl": stats.get("update_kl"),
-            "first_minibatch_ratio_max_dev": stats.get("first_minibatch_ratio_max_dev"),
-            "policy_lag": self.policy_lag, "events": g.events,
-            "collection": None if job.collection is None else {**job.collection, "serial_s": serial},
+            "episodes": ep.count,
+            # the schedule's rate, for a collect-only update (no statistics); an update's own replaces it
+            "learning_rate": self.updater.learning_rate(job.progress),
+            **stats,
+            **gathered.fields(self.world),
+            "weights_version": state["version"], "policy_lag": self.policy_lag,
         }
-        if r.batch_checksum:
-            record["batch_checksum"] = stats.get("batch_checksum")
-        if g.sums is not None:
-            record.update(learners=self.world, rank_env_slots=g.widths, rank_actors=g.actors,
-                          rank_weights_checksums=g.sums)
+        if job.collection is not None:
+            record["collection"] = {**job.collection, "serial_s": serial}
         self.metrics.write(record)
         for ret, length in ep.take_new():
             append_line(self.episodes_file, {"update": job.update, "env_steps": job.env_steps, "return": ret,
                                              "length": int(length)})
+
+    def _progress(self, job: Job, interval: float, state: dict, since: Since) -> dict:
+        """Where the run stands: steps, their rate, the wall time and the time left."""
+        total = self.cfg.run.total_steps
+        rate = (job.env_steps - since.env_steps) / max(state["elapsed_s"] - since.elapsed_s, 1e-9)
+        return {"update": job.update, "env_steps": job.env_steps, "sps": job.n_valid / max(interval, 1e-9),
+                "progress": min(job.env_steps / total, 1.0), "elapsed_s": state["elapsed_s"],
+                "collect_s": job.t1 - job.t0, "eta_s": max(total - job.env_steps, 0) / max(rate, 1e-9)}
 
     def score(self) -> float | None:
         return self.metrics.score()

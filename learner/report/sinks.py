@@ -1,7 +1,8 @@
 """Where metrics records go besides metrics.jsonl: TensorBoard event files and (optionally) Weights & Biases.
 
 Each sink takes the same records MetricsWriter writes, one per update, and logs every numeric field as a
-scalar at step = env_steps. A sink whose library is missing warns once and is left out; training goes on.
+scalar at step = env_steps (a list of numbers as one scalar per index, a dict as one per key). A sink whose library is missing warns
+once and is left out; training goes on.
 """
 from __future__ import annotations
 
@@ -15,14 +16,22 @@ log = logging.getLogger("learner")
 
 
 def numeric(record: dict) -> dict[str, float]:
-    """The record's finite numbers (bools and None, lists and strings left out)."""
+    """The record's finite numbers as scalars: a list of numbers (epoch_kls, rank_actors) one per index
+    (`epoch_kls/0`, `epoch_kls/1`, ...), a dict (collection) one per key (`collection/parked_end_s`); bools
+    and None, strings and lists of anything else left out."""
     out = {}
     for key, value in record.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if math.isfinite(value):
+        if isinstance(value, list):
+            out.update(numeric({f"{key}/{i}": item for i, item in enumerate(value)}))
+        elif isinstance(value, dict):
+            out.update(numeric({f"{key}/{k}": item for k, item in value.items()}))
+        elif _finite_number(value):
             out[key] = value
     return out
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class TensorBoardSink:

@@ -1,5 +1,5 @@
 """An actor host installs light (issue 13, point 6): the package with no extras, in a fresh venv that has no
-torch, is enough for `python -m actor` to join a real learner and be trained on.
+torch, is enough for `ppo-cluster actor` (the installed command, issue 42) to join a real learner and be trained on.
 
 The install goes through pip exactly as on an actor host (`pip install PATH`, dependencies resolved from the
 base list in pyproject.toml), from a copy of the sources so that the build leaves nothing in the checkout.
@@ -27,7 +27,7 @@ TOTAL_STEPS = 128  # smoke config: 2 envs x 16 steps = 32 agent steps per update
 NETWORK_ERRORS = ("NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "Max retries exceeded",
                   "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
                   "Connection refused", "ProxyError")
-SOURCES = ("pyproject.toml", "README.md", "launch.py", "actor", "learner", "protocol")
+SOURCES = ("pyproject.toml", "README.md", "launch.py", "actor", "learner", "protocol", "ppo_cluster")
 
 
 def _light_venv(tmp_path: Path) -> Path:
@@ -99,8 +99,12 @@ def test_actor_only_install_without_torch_trains_with_a_learner(tmp_path):
         assert probe.returncode == 0, probe.stderr
         assert "site-packages" in probe.stdout and str(ROOT) not in probe.stdout, probe.stdout
 
+        command = python.parent / "ppo-cluster"  # the installed command, without torch
+        listed = subprocess.run([command, "--help"], cwd=outside, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        assert all(f"\n    {c} " in listed.stdout for c in ("train", "actor", "evaluate", "plot")), listed.stdout
         address = wait_for(lambda: _endpoints(run_dir), 90, "the learner's endpoints", proc)["address"]
-        actor = subprocess.Popen([str(python), "-m", "actor", "--learner", address, "--envs", "2",
+        actor = subprocess.Popen([command, "actor", "--learner", address, "--envs", "2",
                                   "--name", "light", "--reconnect-s", "0", "--server-key", str(learner_public),
                                   "--key", str(actor_secret)], cwd=outside,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

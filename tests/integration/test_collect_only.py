@@ -21,5 +21,5 @@ def test_collect_only_fills_every_rollout_and_never_updates(tmp_path, policy):
     assert [r["env_steps"] for r in lines] == [per_rollout * (i + 1) for i in range(len(lines))]
     assert len(lines) == 4096 // per_rollout
     assert all(r["env_slots"] == 8 and r["dropped_samples"] == 0 for r in lines)
-    assert all(r["policy_loss"] is None for r in lines)  # no gradient step was taken
+    assert not any("policy_loss" in r or "grad_norm" in r for r in lines)  # no gradient step was taken
     assert lines[-1]["episodes"] > 0

@@ -7,6 +7,7 @@ import pytest
 
 from learner.report.metrics import TIMING_FIELDS
 from tests.integration.cluster import assert_no_stragglers, run_launch
+from tests.learner.report.test_reporter import documented_fields
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +29,8 @@ def test_same_seed_same_metrics(tmp_path):
     assert len(a) >= 20 and a[-1]["episodes"] > 10
     assert a == b
     assert ep_a == ep_b
+    undocumented = set().union(*a) - documented_fields()
+    assert not undocumented, f"a real run wrote metrics.jsonl fields docs/running.md lacks: {sorted(undocumented)}"
     c, _ = _run(tmp_path / "c", seed=4)
     assert c != a, "a different seed must give different metrics (else the comparison proves nothing)"
 

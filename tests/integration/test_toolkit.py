@@ -87,7 +87,7 @@ def test_evaluation_during_training_reaches_the_metrics(run):
 
 def test_evaluate_command_prints_statistics_and_records_video(run):
     video = run / "eval_video.mp4"
-    result = subprocess.run([sys.executable, "-m", "learner.evaluate", str(run), "--episodes", "2", "--video",
+    result = subprocess.run([sys.executable, "-m", "ppo_cluster", "evaluate", str(run), "--episodes", "2", "--video",
                              str(video), "--max-steps", "100"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"eval return: mean -?\d+\.\d+ std \d+\.\d+ min \S+ max \S+ over 2 episode", result.stdout)
@@ -120,7 +120,7 @@ def test_evaluate_rejects_bad_arguments(run, capsys, args, message):
 
 
 def test_plot_command_writes_a_png(run, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "learner.plot", str(run)], cwd=ROOT, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "ppo_cluster", "plot", str(run)], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     png = run / "plot.png"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from protocol import codec
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, VersionMismatch
 
 V = 7  # any version: the codec only compares it
 
@@ -157,6 +157,14 @@ def test_header_with_non_string_map_keys():
 def test_header_version_mismatch():
     with pytest.raises(ProtocolError, match=re.escape(f"protocol version {V + 1} does not match ours ({V})")):
         codec.decode_header(header([], version=V + 1), V)
+
+
+def test_a_version_mismatch_names_the_peers_version_and_message_type():
+    """What the learner needs to answer an actor of other code in words (and a version) it can read."""
+    frame = codec.encode(V + 1, "handshake", {"num_envs": 1})[0]
+    with pytest.raises(VersionMismatch) as caught:
+        codec.decode_header(frame, V)
+    assert (caught.value.theirs, caught.value.ours, caught.value.message_type) == (V + 1, V, "handshake")
 
 
 def test_decoding_never_unpickles():

@@ -11,7 +11,7 @@ import pytest
 
 from protocol import messages as m
 from protocol.errors import ProtocolError
-from protocol.settings import EnvSettings
+from protocol.settings import ENV_KEYS_OF_VERSION, EnvSettings
 from protocol.spaces import SpaceSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,3 +132,10 @@ def test_protocol_imports_neither_torch_nor_gymnasium():
             "assert not bad, bad")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_an_env_key_added_without_a_protocol_version_bump_fails_here():
+    """An actor refuses a Welcome with an [env] key it does not know: a new key is a new protocol version."""
+    assert max(ENV_KEYS_OF_VERSION) == m.PROTOCOL_VERSION, "ENV_KEYS_OF_VERSION has no entry for this version"
+    assert sorted(ENV_KEYS_OF_VERSION[m.PROTOCOL_VERSION]) == sorted(EnvSettings.model_fields), \
+        "protocol/settings.py's [env] keys changed: bump PROTOCOL_VERSION and add them to ENV_KEYS_OF_VERSION"

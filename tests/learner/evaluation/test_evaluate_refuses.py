@@ -1,4 +1,4 @@
-"""issue 32: `python -m learner.evaluate` on an empty, random, pickled or list file printed a traceback. Anything
+"""issue 32: `ppo-cluster evaluate` on an empty, random, pickled or list file printed a traceback. Anything
 that is not a checkpoint of this project is refused in one line, exit 2, and nothing in it is unpickled."""
 from __future__ import annotations
 

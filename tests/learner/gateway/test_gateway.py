@@ -12,6 +12,7 @@ from learner.gateway.log_limit import MAX_LINES
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
 from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Listen, Offer
 from learner.seeds import slot_env_seed
+from protocol import codec
 from protocol import messages as m
 from protocol.transport import recv_frames
 from protocol.settings import EnvSettings
@@ -121,6 +122,21 @@ def test_every_refused_handshake_is_answered_with_its_reason(wire, handshake, re
     assert gateway.poll(1000) == [] and len(gateway.registry) == 0
     err = reply(actor)
     assert isinstance(err, m.Error) and not err.rejoin and reason in err.reason, err
+
+
+@pytest.mark.parametrize("theirs", [m.PROTOCOL_VERSION - 1, m.PROTOCOL_VERSION + 1], ids=["older", "newer"])
+def test_an_actor_of_another_protocol_version_is_refused_in_its_version_naming_both(wire, theirs):
+    """Other code on the actor (an [env] key it lacks, say): told why in the header form every version reads."""
+    gateway, peer = wire
+    actor = peer()
+    actor.send_multipart(codec.encode(theirs, "handshake", {"num_envs": 2, "name": "old"}))
+    assert gateway.poll(1000) == [] and len(gateway.registry) == 0 and gateway.rejected == 1
+    frames = recv_frames(actor, 1000)
+    assert frames is not None, "an actor of another version is answered, not left waiting"
+    msg_type, body, _ = codec.decode_header(frames[0], theirs)  # what the actor's own code decodes
+    assert msg_type == "error" and body["rejoin"] is False
+    assert body["reason"] == (f"handshake refused: this actor speaks protocol version {theirs}, the learner "
+                              f"{m.PROTOCOL_VERSION}: run the same ppo-cluster code on both")
 
 
 def test_a_reused_slot_gets_fresh_seeds_reproducibly(wire):

@@ -1,4 +1,4 @@
-"""python -m learner.plot: a panel per quantity, return against env steps and wall time, a legend in its
+"""ppo-cluster plot: a panel per quantity, return against env steps and wall time, a legend in its
 own cell, smoothing and mean +- std bands over runs; drawn from small synthetic metrics.jsonl files."""
 import json
 

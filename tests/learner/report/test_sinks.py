@@ -19,7 +19,7 @@ def test_tensorboard_sink_roundtrip(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     writer = MetricsWriter(tmp_path, Config())
     for update in range(1, 4):
-        writer.write(_record(update, approx_kl=float("nan") if update == 2 else 0.01))
+        writer.write(_record(update, approx_kl=float("nan") if update == 2 else 0.01, epoch_kls=[0.5, 0.25]))
     writer.close()
     acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
@@ -27,11 +27,25 @@ def test_tensorboard_sink_roundtrip(tmp_path):
     assert [(e.step, e.value) for e in returns] == [(64, 1.0), (128, 2.0), (192, 3.0)]
     assert len(acc.Scalars("approx_kl")) == 2  # NaN is "not defined": left out
     assert "events" not in acc.Tags()["scalars"]
+    assert [e.value for e in acc.Scalars("epoch_kls/1")] == [0.25] * 3  # a list: one scalar per index
     assert "config/text_summary" in acc.Tags()["tensors"]
 
 
 def test_numeric_keeps_finite_numbers_only():
-    assert numeric({"a": 1, "b": 2.5, "c": None, "d": True, "e": "x", "f": [1], "g": float("inf")}) == {"a": 1, "b": 2.5}
+    assert numeric({"a": 1, "b": 2.5, "c": None, "d": True, "e": "x", "g": float("inf")}) == {"a": 1, "b": 2.5}
+
+
+def test_numeric_gives_a_list_of_numbers_one_scalar_per_index():
+    record = {"epoch_kls": [0.01, 0.02], "sums": ["ab", "cd"], "events": [], "mixed": [1, None, "x", 3.0]}
+    assert numeric(record) == {"epoch_kls/0": 0.01, "epoch_kls/1": 0.02, "mixed/0": 1, "mixed/3": 3.0}
+
+
+def test_numeric_gives_a_dict_one_scalar_per_key_nested():
+    record = {"collection": {"parked_end_s": 0.5, "batch_slots": {"p50": 8, "p99": 16}, "serial_s": None,
+                             "messages_per_s": [100.0, 120.0]}}
+    assert numeric(record) == {"collection/parked_end_s": 0.5, "collection/batch_slots/p50": 8,
+                               "collection/batch_slots/p99": 16, "collection/messages_per_s/0": 100.0,
+                               "collection/messages_per_s/1": 120.0}
 
 
 def test_track_without_wandb_warns_once_and_continues(tmp_path, monkeypatch, caplog):
@@ -63,9 +77,10 @@ def test_track_logs_numeric_metrics_to_wandb(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
     cfg = apply_overrides(Config(), ["log.track=true", "log.tensorboard=false", "log.wandb_project='demo'"])
     writer = MetricsWriter(tmp_path, cfg)
-    writer.write(_record(2))
+    writer.write(_record(2, grad_norm=0.7, epoch_kls=[0.5]))
     writer.close()
     assert calls["init"]["project"] == "demo" and calls["init"]["config"] == cfg.to_dict()
     assert calls["init"]["dir"] == str(tmp_path) and calls["finished"]
     (values, step), = calls["log"]
     assert step == 128 and values["policy_loss"] == 0.1 and "events" not in values and "env_steps" not in values
+    assert values["grad_norm"] == 0.7 and values["epoch_kls/0"] == 0.5
