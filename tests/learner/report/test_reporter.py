@@ -41,12 +41,13 @@ def update_stats(updater: PPOUpdater) -> dict:
 
 
 def write_lines(run_dir: Path, cfg: Config, updater: PPOUpdater, stats: dict, gathered: Gathered,
-                episodes: RecentEpisodes | None = None) -> list[dict]:
+                episodes: RecentEpisodes | None = None, collection: dict | None = None) -> list[dict]:
     reporter = Reporter(run_dir, cfg, episodes or RecentEpisodes(), updater, world=len(gathered.widths),
                         policy_lag=0)
-    job = Job(update=3, env_steps=300, progress=0.25, batch=None, n_valid=100, t0=10.0, t1=12.0)
+    job = Job(update=3, env_steps=300, progress=0.25, batch=None, n_valid=100, t0=10.0, t1=12.0,
+              collection=collection)
     reporter.write(job, stats, gathered, interval=4.0, state={"version": 3, "elapsed_s": 30.0},
-                   since=Since(env_steps=0, elapsed_s=0.0))
+                   since=Since(env_steps=0, elapsed_s=0.0), serial={"update": 0.5, "total": 0.6})
     reporter.close()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -101,7 +102,7 @@ def documented_fields() -> set[str]:
 
 def every_line_kind(tmp_path: Path) -> list[dict]:
     """A line of each kind a run can write: the clip variant with value normalization, batch checksums,
-    evaluation and two ranks; the KL variant; a collect-only update."""
+    evaluation and two ranks and the collection's breakdown; the KL variant; a collect-only update."""
     clip = make_updater(PPOConfig(update_epochs=2), value_norm=ValueNormalizer(), batch_checksum=True)
     kl = make_updater(PPOConfig(variant="kl"))
     kinds = [(quiet_config("eval.every=1", "run.batch_checksum=true"), clip, update_stats(clip), TWO_RANKS),
@@ -109,7 +110,8 @@ def every_line_kind(tmp_path: Path) -> list[dict]:
     lines = []
     for i, (cfg, updater, stats, gathered) in enumerate(kinds):
         (tmp_path / str(i)).mkdir()
-        lines += write_lines(tmp_path / str(i), cfg, updater, stats, gathered)
+        lines += write_lines(tmp_path / str(i), cfg, updater, stats, gathered,
+                             collection={"rollout_s": 2.0} if i == 0 else None)
     return lines
 
 
