@@ -17,6 +17,7 @@ from multiprocessing.connection import wait
 import torch
 
 from learner.stalls import Stalled
+from learner.collection.build import has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
 from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
