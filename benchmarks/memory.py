@@ -47,7 +47,8 @@ def run_row(checkout: Path, slots: int, args, tmp: Path, label: str) -> dict:
            "--set", f'cluster.address="ipc://{run_dir}.sock"', "--set", 'cluster.weights_address="tcp://127.0.0.1:0"',
            "--set", f"cluster.min_envs={slots}", "--set", f"cluster.envs={slots}",
            "--set", f"ppo.num_steps={args.num_steps}", "--set", "ppo.update_epochs=1",
-           "--set", f"run.torch_threads={args.torch_threads}"]
+           "--set", f"run.torch_threads={args.torch_threads}",
+           "--set", "cluster.actor_timeout_s=300"]  # a loaded machine: a synthetic actor records its frames first
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     log = open(run_dir.with_suffix(".log"), "w")
     proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
