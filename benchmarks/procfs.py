@@ -2,7 +2,7 @@
 
 Shared by throughput.py and soak.py, which import it as a sibling module (`import procfs`):
 
-  * /proc: resident memory (read_rss_mb), state, parent, group, start time and CPU ticks of one process
+  * /proc: resident memory (read_rss_mb), proportional set size (read_pss_mb), state, parent, group, start time and CPU ticks of one process
     (proc_stat) or of all (all_stats), the process tree (children_of, descendants), CPU seconds of a tree
     (tree_cpu_s), command lines (cmdline), and the busy CPU time of the whole machine (machine_busy_ticks);
   * stopping: kill (one pid), kill_group (a process group), kill_tree (a pid and its descendants),
@@ -35,6 +35,19 @@ def read_rss_mb(pid: int) -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     return None  # gone, a zombie (no VmRSS line), or not ours to read
+
+
+def read_pss_mb(pid: int) -> float | None:
+    """Proportional set size (Pss of /proc/PID/smaps_rollup) in MB: resident memory with each shared page
+    divided among the processes that map it, so the PSS of several processes adds up without counting
+    shared memory (a rollout in shared memory, the libraries) twice."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def proc_stat(pid: int) -> tuple[str, int, int, int, int] | None:

@@ -246,7 +246,9 @@ class Learner:
                                 random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
-        self.layout = Layout.of(obs_space, action_space)
+        # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
+        # normalized observations are not frames: kept whole)
+        self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack)
         self.admission = admission_of(cfg, obs_space)
         self._open_sockets()
         generator = torch.Generator(device=device)

@@ -12,6 +12,7 @@ import torch
 from learner.advantages.gae import compute_gae
 from learner.model.normalize import RewardScaler
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.frames import StackedObs
 from learner.rollout.layout import Layout
 
 
@@ -46,9 +47,19 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
                                       d["terminated"] | d["truncated"], gamma, gae_lambda)
     # all valid (the usual case): views, not a copy of the whole rollout
     take = (lambda x: x.flatten(0, 1)) if n_valid == valid.numel() else (lambda x: x[valid])
-    data = {"obs": take(d["obs"]), "actions": take(d["actions"]), "logprobs": take(d["logprobs"]),
+    data = {"obs": _observations(d, buf.layout.stack, None if n_valid == valid.numel() else valid),
+            "actions": take(d["actions"]), "logprobs": take(d["logprobs"]),
             "values": take(d["values"]), "advantages": take(advantages), "returns": take(returns)}
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
+
+
+def _observations(d: dict[str, torch.Tensor], stack: int, valid: torch.Tensor | None) -> torch.Tensor | StackedObs:
+    """The samples' observations, flat: stored ones, or stacks rebuilt from one frame per step as the update
+    reads them (valid: which steps are samples, None for all)."""
+    if stack == 1:
+        return d["obs"].flatten(0, 1) if valid is None else d["obs"][valid]
+    samples = None if valid is None else valid.flatten().nonzero().squeeze(1)
+    return StackedObs(d["frames"], d["restarts"], stack, samples)
 
 
 def empty_batch(layout: Layout, device) -> dict[str, torch.Tensor]:

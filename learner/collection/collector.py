@@ -44,7 +44,7 @@ class Waiting:
     episodes: list = field(default_factory=list)
     buffer: RolloutBuffer | None = None  # the rollout its actions go into
     fresh: bool = False  # its envs were just (re)started: a join, or a restart
-    in_place: bool = False  # obs was written into its rollout's row already (learner-side frame stacking)
+    restart: np.ndarray | None = None  # which stacks started over (learner-side frame stacking)
     arrived: float = field(init=False, default=0.0)  # when it began waiting (its report's poll; a rollout's
                                                      # start): see RolloutCounters
 
@@ -77,7 +77,7 @@ class Collector:
         device = s.device
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(device)
-        self.observations = Observations(s.frame_stack, in_place=policy.obs_norm is None)
+        self.observations = Observations(s.frame_stack)
         self.num_steps, self.device, self.layout = s.num_steps, device, layout
         self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
@@ -216,8 +216,8 @@ class Collector:
         key = (actor.actor_id, report.group)
         self.counters.message()
         if report.first:  # a new actor: it joins when the next rollout starts
-            obs, _ = self.observations.observe(key, report, None, slots)  # its episodes are counted when it is next inferred
-            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True)
+            obs, restart = self.observations.observe(key, report)  # its episodes are counted when it is next inferred
+            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart)
             return
         buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
         if buf is None:  # the gateway admitted an outcome no rollout waits for
@@ -228,11 +228,11 @@ class Collector:
         if len(report.final_index):
             self.observations.keep_finals(key, buf, cols, report)
         target = buf if buf.wants_action(cols[0]) else self._following(buf, slots)  # where this obs is acted on
-        obs, in_place = self.observations.observe(key, report, target, slots)
+        obs, restart = self.observations.observe(key, report)
         if target is not buf:  # T steps done: this obs bootstraps the rollout and starts the next one
             for col, o in zip(cols, obs):
                 buf.bootstrap_obs[col] = np.array(o)
-        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, in_place=in_place)
+        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, restart=restart)
         item.arrived = self.listened
         if target is None:
             self.parked[key] = item
@@ -272,10 +272,8 @@ class Collector:
                 start = end
                 continue
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
-            if w.in_place:  # stacked straight into the row (never with obs normalization: see Observations)
-                seen = None
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
-                                    result.logprobs[start:end], result.values[start:end])
+                                    result.logprobs[start:end], result.values[start:end], w.restart)
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
         self.counters.served(batch, since)

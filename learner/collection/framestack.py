@@ -4,8 +4,8 @@ An actor then sends a quarter of the bytes and does no stacking of its own. The 
 exactly what the actor-side `FrameStack` wrapper would have given: the last k frames, oldest first,
 and after a game or life ends (the actor reset that env) the new first frame repeated k times.
 
-The stacks are written where they are to be kept: straight into the rollout's row for the step when
-the caller names it (`out`), so each frame is copied once, not stacked here and then copied again.
+The stacks live in two arrays per group, for inference; the rollout keeps only each step's newest frame
+and whether the stack started over (learner/rollout/frames.py rebuilds the stacks from those).
 """
 from __future__ import annotations
 
@@ -17,17 +17,16 @@ class LearnerFrameStack:
 
     def __init__(self, k: int):
         self.k = k
-        self._current: dict[object, np.ndarray] = {}  # key -> the group's newest stacks (wherever written)
-        self._own: dict[object, tuple[np.ndarray, np.ndarray]] = {}  # key -> its two arrays, for stacks with no row
+        self._current: dict[object, np.ndarray] = {}  # key -> the group's newest stacks (one of its two arrays)
+        self._own: dict[object, tuple[np.ndarray, np.ndarray]] = {}  # key -> its two arrays
 
-    def push(self, key, frames: np.ndarray, restart: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def push(self, key, frames: np.ndarray, restart: np.ndarray) -> np.ndarray:
         """Append one frame per env; envs with `restart` set start over from this frame.
 
-        Returns (K, k, *frame) stacks, written into `out` when given (a rollout row nothing else writes
-        until the group's next push has read it), else into one of the group's two own arrays: they
-        alternate, so the stacks handed out for inference are never rewritten before the push after next."""
+        Returns (K, k, *frame) stacks in one of the group's two own arrays: they alternate, so the stacks
+        handed out for inference are never rewritten before the push after next."""
         current = self._current.get(key)
-        out = self._spare(key, frames) if out is None else out
+        out = self._spare(key, frames)
         if current is None:  # a new group: every env starts from this frame
             out[:] = frames[:, None]
         else:
@@ -47,7 +46,7 @@ class LearnerFrameStack:
         return own[1] if self._current.get(key) is own[0] else own[0]
 
     def newest(self, key) -> np.ndarray:
-        """The group's stacks from its last push (a rollout row, or one of its own arrays)."""
+        """The group's stacks from its last push."""
         return self._current[key]
 
     def with_frame(self, key, env: int, frame: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """What the network is to see of each step report: the frames as the actor sent them, or (learner-side frame
-stacking, learner/collection/framestack.py) their stacks, written straight into the rollout's row where they
-can be; and each truncated env's last observation, kept for its bootstrap."""
+stacking, learner/collection/framestack.py) their stacks, with which of them started over (the rollout keeps
+one frame per step and those flags: learner/rollout/frames.py); and each truncated env's last observation,
+kept for its bootstrap."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,21 +12,17 @@ from protocol import messages as m
 
 
 class Observations:
-    def __init__(self, frame_stack: int, in_place: bool):
-        """`in_place`: the rollout keeps the raw stacks (no observation normalization), so they can be written
-        there."""
+    def __init__(self, frame_stack: int):
         self.frames = LearnerFrameStack(frame_stack) if frame_stack > 1 else None
-        self.in_place = in_place
 
-    def observe(self, key, report: m.StepReport, target: RolloutBuffer | None, slots) -> tuple[np.ndarray, bool]:
-        """The observation the network is to see, and whether it was written into target's row already.
-        Without frame stacking it is a view of the received frame (alive while referenced): copied once,
-        into the rollout. With it, the stacks are written straight into target's row where there is one."""
+    def observe(self, key, report: m.StepReport) -> tuple[np.ndarray, np.ndarray | None]:
+        """The observation the network is to see, and which of its stacks started over (None without frame
+        stacking). Without frame stacking it is a view of the received frame (alive while referenced): copied
+        once, into the rollout. With it, the group's stacks (its own array, alive until its push after next)."""
         if self.frames is None:
-            return report.obs, False
+            return report.obs, None
         restart = np.ones(len(report.obs), bool) if report.first else report.terminated | report.truncated
-        row = target.obs_row(target.columns(slots)) if target is not None and self.in_place else None
-        return self.frames.push(key, report.obs, restart, out=row), row is not None
+        return self.frames.push(key, report.obs, restart), restart
 
     def keep_finals(self, key, buf: RolloutBuffer, cols: list[int], report: m.StepReport) -> None:
         """Each truncated env's last observation (stacked as the network would have seen it), for its bootstrap."""

@@ -17,6 +17,7 @@ from multiprocessing.connection import wait
 import torch
 
 from learner.stalls import Stalled
+from learner.collection.build import has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.counters import summarize
 from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
@@ -84,7 +85,7 @@ class CollectorPool(Collection):
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
         self.start_wait = StartWait(lambda: int(self.board[:, READY].sum()), lambda: self._watch(0.05),
                                     self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s)
-        self.rows = SharedRows(num_steps, self.layout)  # where the collectors write their columns
+        self.rows = SharedRows(num_steps, self.layout, has_policy_lag(first.run.cfg))  # where the collectors write
         self.sent: list[set[int]] = [set() for _ in specs]  # ids of the row arrays each collector holds
         log.info("%d collector processes on %s", len(specs), ", ".join(self.endpoints))
 

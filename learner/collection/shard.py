@@ -19,20 +19,19 @@ from learner.rollout.layout import Layout
 
 class SharedRows:
     """The per-step arrays of the rollouts collector processes fill, in shared memory the training process
-    owns: two sets used in turn (under policy lag the update reads one while the other fills), each
+    owns: one set, or with policy lag two used in turn (the update reads one while the other fills), each
     reallocated only when the rollout's width changes. `take(width)` -> (id, arrays of width columns)."""
 
-    def __init__(self, num_steps: int, layout: Layout):
-        self.shapes = {"obs": (layout.obs_shape, layout.obs_dtype), "actions": (layout.action_shape, layout.action_dtype),
-                       "logprobs": ((), torch.float32), "values": ((), torch.float32),
-                       "rewards": ((), torch.float32), "terminated": ((), torch.bool), "truncated": ((), torch.bool)}
-        self.T, self.sets, self.turn, self.ids = num_steps, [None, None], 0, itertools.count(1)
+    def __init__(self, num_steps: int, layout: Layout, policy_lag: bool):
+        self.T, self.layout, self.ids = num_steps, layout, itertools.count(1)
+        self.sets, self.turn = [None, None] if policy_lag else [None], 0
 
     def take(self, width: int) -> tuple[int, dict[str, torch.Tensor]]:
-        i, self.turn = self.turn, 1 - self.turn
+        i, self.turn = self.turn, (self.turn + 1) % len(self.sets)
         if self.sets[i] is None or self.sets[i][1]["rewards"].shape[1] != width:
-            self.sets[i] = (next(self.ids), {name: torch.zeros((self.T, width, *shape), dtype=dtype).share_memory_()
-                                            for name, (shape, dtype) in self.shapes.items()})
+            self.sets[i] = None  # let the old set go before the new one is allocated
+            self.sets[i] = (next(self.ids), {name: torch.zeros(shape, dtype=dtype).share_memory_()
+                                            for name, (shape, dtype) in self.layout.rows(self.T, width).items()})
         return self.sets[i]
 
 

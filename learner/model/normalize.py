@@ -183,8 +183,8 @@ class PixelNormalizer(nn.Module):
         would take gigabytes); with ranks, every rank's batch (the same result on each)."""
         size = self.rms.mean.numel()
         moments = torch.zeros(1 + 2 * size, dtype=torch.float64, device=batch.device)
-        for chunk in batch.reshape(-1, size).split(1024):
-            x = chunk.float() * scale
+        for start in range(0, len(batch), 1024):  # (a batch may be stacks rebuilt as read: learner/rollout/frames.py)
+            x = batch[start:start + 1024].reshape(-1, size).float() * scale
             moments[0] += x.shape[0]
             moments[1:1 + size] += x.sum(0, dtype=torch.float64)
             moments[1 + size:] += x.pow(2).sum(0, dtype=torch.float64)

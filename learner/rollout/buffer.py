@@ -12,48 +12,47 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from learner.rollout.frames import write_stacks
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 
 
-PER_STEP = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated")
+REUSED = ("obs", "frames", "restarts")  # the big arrays, rewritten in place where the older rollout's fit
 
 
 class RolloutBuffer:
     def __init__(self, slots: list[int], num_steps: int, layout: Layout, device: torch.device,
                  reuse: "RolloutBuffer | None" = None, link: DeviceLink | None = None,
                  rows: dict[str, torch.Tensor] | None = None):
-        """`layout`: the observation's and the action's shape and dtype. `rows`: the per-step arrays (PER_STEP names, shaped (T, N, ...)) to write into instead of fresh host
-        memory: a collector process's columns of the training process's shared rollout, or that whole rollout."""
+        """`layout`: the observation's and the action's shape and dtype, and whether observations are stacks
+        kept one frame per step (learner/rollout/frames.py: `frames` and `restarts` then stand for `obs`).
+        `rows`: the per-step arrays (layout.rows' names and shapes) to write into instead of fresh host
+        memory: a collector process's columns of the training process's shared rollout, or that whole rollout.
+        `reuse`: an older rollout nobody reads any more, whose big arrays this one rewrites."""
         self.slots = list(slots)
         self.column = {slot: i for i, slot in enumerate(self.slots)}
         T, N = num_steps, len(self.slots)
-        self.T, self.N, self.device = T, N, torch.device(device)
+        self.T, self.N, self.device, self.layout = T, N, torch.device(device), layout
         self.link = link or DeviceLink(device)
-        host = self.link.host_tensor
-        shape = (T, N, *layout.obs_shape)
-        if rows is not None:
-            self.obs = rows["obs"]
-        elif reuse is not None and reuse.obs.shape == shape and reuse.obs.dtype == layout.obs_dtype:
-            self.obs = reuse.obs  # nobody reads the older rollout any more; rewriting in place saves page faults
-        else:
-            self.obs = host(shape, layout.obs_dtype)  # only read where valid_mask() holds
-        self.actions = host((T, N, *layout.action_shape), layout.action_dtype)
-        self.logprobs = host((T, N), torch.float32)
-        self.values = host((T, N), torch.float32)
-        self.rewards = host((T, N), torch.float32)
-        self.terminated = host((T, N), torch.bool)
-        self.truncated = host((T, N), torch.bool)
-        for name, given in (rows or {}).items():
-            setattr(self, name, given)
-        self.next_values = host((T, N), torch.float32)
+        arrays = layout.rows(T, N)
+        self.names = tuple(arrays)  # the per-step arrays
+        for name, (shape, dtype) in arrays.items():  # obs (frames) only read where valid_mask() holds
+            given = (rows or {}).get(name)
+            setattr(self, name, given if given is not None else self._fresh(name, shape, dtype, reuse))
+        self.next_values = self.link.host_tensor((T, N), torch.float32)
         self.acted = [0] * N     # actions sent per column (obs[t], actions[t], ... written for t < acted)
         self.completed = [0] * N  # steps whose outcome (reward, flags) has arrived
         self.dead = [False] * N
         self.fresh: set[int] = set()  # columns whose env was (re)started for this rollout: new returns
         self.bootstrap_obs: dict[int, np.ndarray] = {}         # column -> observation after step T-1
         self.final_obs: dict[tuple[int, int], np.ndarray] = {}  # (t, column) -> last obs before a truncation
-        self._host = {name: getattr(self, name).numpy() for name in PER_STEP}  # views _put writes through
+        self._host = {name: getattr(self, name).numpy() for name in self.names}  # views _put writes through
+
+    def _fresh(self, name: str, shape: tuple, dtype: torch.dtype, reuse: "RolloutBuffer | None") -> torch.Tensor:
+        old = getattr(reuse, name, None) if name in REUSED else None
+        if old is not None and old.shape == shape and old.dtype == dtype:
+            return old  # rewriting in place saves page faults
+        return self.link.host_tensor(shape, dtype)
 
     def columns(self, slots: list[int]) -> list[int]:
         """The columns of these slots: a group's slots are almost always consecutive columns (one list
@@ -63,29 +62,26 @@ class RolloutBuffer:
             return list(range(c0, c0 + n))
         return [self.column[s] for s in slots]
 
+    @staticmethod
+    def _index(cols: list[int]) -> slice | list[int]:
+        """A group's columns are almost always contiguous, and a slice copy costs microseconds where advanced
+        indexing costs milliseconds."""
+        c0, n = cols[0], len(cols)
+        return slice(c0, c0 + n) if cols[-1] - c0 == n - 1 else cols
+
     def _put(self, name: str, t: int, cols: list[int], src: np.ndarray) -> None:
-        """self.<name>[t, cols] = src, several times per message: the collector's hottest code.
+        """self.<name>[t, cols] = src, several times per message: the collector's hottest code. The copy goes
+        through a numpy view of the host memory: about 1 us per array, where torch's indexing and copy_ cost
+        5-10 us."""
+        self._host[name][t, self._index(cols)] = src
 
-        A group's columns are almost always contiguous, and a slice copy costs microseconds where advanced
-        indexing costs milliseconds. The copy goes through a numpy view of the host memory: about 1 us per
-        array, where torch's indexing and copy_ cost 5-10 us."""
-        c0, n = cols[0], len(cols)
-        index = slice(c0, c0 + n) if cols[-1] - c0 == n - 1 else cols
-        self._host[name][t, index] = src
-
-    def obs_row(self, cols: list[int]) -> np.ndarray | None:
-        """A writable view of obs[t, cols] for the step these columns take next (record_actions' row), for
-        writing an observation where it is kept; None when the columns are not contiguous (no view)."""
-        c0, n = cols[0], len(cols)
-        if cols[-1] - c0 != n - 1:
-            return None
-        return self._host["obs"][self.acted[c0], c0:c0 + n]
-
-    def record_actions(self, cols: list[int], obs, actions, logprobs, values) -> None:
-        """Store one inference result for columns that are all at the same step. obs None: the observation
-        was written into obs_row(cols) already."""
+    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None) -> None:
+        """Store one inference result for columns that are all at the same step. With stacked observations
+        (layout.stack > 1) `restart` says which stacks started over (learner/rollout/frames.py)."""
         t = self.acted[cols[0]]
-        if obs is not None:
+        if self.layout.stack > 1:
+            write_stacks(self._host["frames"], self._host["restarts"], t, self._index(cols), obs, restart)
+        else:
             self._put("obs", t, cols, obs)
         for name, src in (("actions", actions), ("logprobs", logprobs), ("values", values)):
             self._put(name, t, cols, src)
@@ -134,7 +130,7 @@ class RolloutBuffer:
 
     def to_device(self) -> dict[str, torch.Tensor]:
         """The rollout's arrays on the learner's device: one copy each, once per update (none on a CPU)."""
-        return {name: self.link.to_device(getattr(self, name)) for name in (*PER_STEP, "next_values")}
+        return {name: self.link.to_device(getattr(self, name)) for name in (*self.names, "next_values")}
 
     def _cut(self, col: int) -> None:
         """End a vanished actor's column at its last step whose bootstrap is known."""

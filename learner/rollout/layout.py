@@ -1,4 +1,5 @@
-"""What one step of a rollout holds, per env slot: the observation's and the action's shape and dtype."""
+"""What one step of a rollout holds, per env slot: the observation's and the action's shape and dtype, and
+whether the observation is a stack of frames kept one frame per step (learner/rollout/frames.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,9 +15,20 @@ class Layout:
     obs_dtype: torch.dtype
     action_shape: tuple
     action_dtype: torch.dtype
+    stack: int = 1  # > 1: obs_shape is (stack, *frame), stacked on the learner; the rollout keeps one frame per step
 
     @classmethod
-    def of(cls, obs_space, action_space) -> "Layout":
+    def of(cls, obs_space, action_space, stack: int = 1) -> "Layout":
         """From the env's spaces (protocol.spaces.SpaceSpec): float64 observations are kept as float32."""
         return cls(tuple(obs_space.shape), TORCH_DTYPES.get(obs_space.dtype, torch.float32),
-                   tuple(action_space.shape), torch.long if action_space.kind == "discrete" else torch.float32)
+                   tuple(action_space.shape), torch.long if action_space.kind == "discrete" else torch.float32, stack)
+
+    def rows(self, num_steps: int, width: int) -> dict[str, tuple[tuple, torch.dtype]]:
+        """The per-step arrays of a rollout of num_steps x width columns: name -> (shape, dtype). Stacked:
+        `frames` and `restarts` in place of `obs` (learner/rollout/frames.py)."""
+        T, N = num_steps, width
+        obs = ({"frames": ((T + self.stack - 1, N, *self.obs_shape[1:]), self.obs_dtype), "restarts": ((T, N), torch.bool)}
+               if self.stack > 1 else {"obs": ((T, N, *self.obs_shape), self.obs_dtype)})
+        return {**obs, "actions": ((T, N, *self.action_shape), self.action_dtype), "logprobs": ((T, N), torch.float32),
+                "values": ((T, N), torch.float32), "rewards": ((T, N), torch.float32),
+                "terminated": ((T, N), torch.bool), "truncated": ((T, N), torch.bool)}

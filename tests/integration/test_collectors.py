@@ -150,6 +150,19 @@ def test_resume_and_policy_lag_with_two_collectors(tmp_path):
     assert rows[-1]["episodes"] > rows[7]["episodes"]
 
 
+def test_two_collectors_keep_one_frame_per_step_and_the_update_rebuilds_what_the_network_saw(tmp_path):
+    """Breakout, stacked on the learner: each collector writes one frame per step into the one set of shared
+    rows, and the stacks the update rebuilds from them are the ones inference saw: before its first step the
+    policy's ratio to the stored log-probabilities is 1 in every update (a stack rebuilt wrong moves it)."""
+    run_dir = tmp_path / "frames"
+    result = run_launch("--config", "configs/smoke.toml", *TWO, "--run-dir", str(run_dir), "--total-steps", "512",
+                        "--set", "ppo.num_steps=32", "--set", "ppo.update_epochs=1", timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = metrics(run_dir)
+    assert len(rows) == 4 and all(r["env_slots"] == 4 for r in rows)
+    assert all(r["first_minibatch_ratio_max_dev"] < 1e-5 for r in rows), [r["first_minibatch_ratio_max_dev"] for r in rows]
+
+
 def test_two_learner_ranks_each_with_two_collectors(tmp_path):
     run_dir = tmp_path / "ranks"
     result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--learners", "2", "--actors", "2",

@@ -90,18 +90,12 @@ def test_matches_the_actor_side_frame_stack_through_resets_and_truncations():
     frame_env.close()
 
 
-def test_push_writes_into_the_row_it_is_given_and_goes_on_from_there():
-    """One copy of each frame: the stacks go straight into `out` (a rollout row), and the next push, into
-    another row or into the group's own arrays, continues from that row."""
+def test_push_alternates_the_groups_two_arrays_and_goes_on_from_the_last():
+    """The stacks handed out stay as they were until the push after next."""
     stack = LearnerFrameStack(3)
-    rows = np.zeros((2, 2, 3, 1, 2), np.uint8)  # two steps of a rollout's obs, for this group's 2 columns
-    stack.push("g", frames(1, 1), np.zeros(2, bool))
-    out = stack.push("g", frames(2, 2), np.zeros(2, bool), out=rows[0])
-    assert np.shares_memory(out, rows[0])
-    assert rows[0, 0, :, 0, 0].tolist() == [1, 1, 2]
-    stack.push("g", frames(3, 4), np.array([False, True]), out=rows[1])
-    assert rows[1, 0, :, 0, 0].tolist() == [1, 2, 3] and rows[1, 1, :, 0, 0].tolist() == [4, 4, 4]
-    own = stack.push("g", frames(5, 6), np.zeros(2, bool))  # no row (a parked group): its own array
-    assert not np.shares_memory(own, rows)
-    assert own[0, :, 0, 0].tolist() == [2, 3, 5] and own[1, :, 0, 0].tolist() == [4, 4, 6]
-    assert rows[1, 0, :, 0, 0].tolist() == [1, 2, 3]  # the rows are left as they were
+    a = stack.push("g", frames(1, 1), np.zeros(2, bool))
+    b = stack.push("g", frames(2, 2), np.zeros(2, bool))
+    assert not np.shares_memory(a, b) and a[0, :, 0, 0].tolist() == [1, 1, 1]
+    c = stack.push("g", frames(3, 4), np.array([False, True]))
+    assert np.shares_memory(a, c) and b[0, :, 0, 0].tolist() == [1, 1, 2]
+    assert c[0, :, 0, 0].tolist() == [1, 2, 3] and c[1, :, 0, 0].tolist() == [4, 4, 4]

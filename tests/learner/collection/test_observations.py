@@ -1,5 +1,5 @@
 """What the network sees of each step report (learner/collection/observations.py), without sockets: the frames
-as sent, or their stacks written straight into the rollout's row; each truncated env's last observation kept,
+as sent, or their stacks and which of them started over; each truncated env's last observation kept,
 stacked, for its bootstrap; the episodes a report says finished."""
 from __future__ import annotations
 
@@ -28,39 +28,37 @@ def report(value, first=False, terminated=(False, False), truncated=(False, Fals
 
 def rollout(k: int) -> RolloutBuffer:
     shape = (k, *FRAME) if k > 1 else FRAME
-    return RolloutBuffer([5, 6], 3, Layout(shape, torch.uint8, (), torch.long), torch.device("cpu"))
+    return RolloutBuffer([5, 6], 3, Layout(shape, torch.uint8, (), torch.long, stack=k), torch.device("cpu"))
 
 
 def test_without_frame_stacking_the_network_sees_the_frame_as_sent():
     sent = report(3)
-    obs, written = Observations(1, in_place=True).observe(KEY, sent, rollout(1), [5, 6])
-    assert obs is sent.obs and not written
+    obs, restart = Observations(1).observe(KEY, sent)
+    assert obs is sent.obs and restart is None
 
 
-def test_stacks_are_written_into_the_rollouts_row_and_restart_where_an_env_ended():
-    buf, seen = rollout(3), Observations(3, in_place=True)
-    obs, written = seen.observe(KEY, report(1, first=True), buf, [5, 6])
-    assert written and np.shares_memory(obs, buf.obs.numpy()) and buf.obs[0, :, :, 0, 0].tolist() == [[1, 1, 1]] * 2
-    buf.record_actions([0, 1], None, np.zeros(2, np.int64), np.zeros(2, np.float32), np.zeros(2, np.float32))
-    seen.observe(KEY, report([2, 7], terminated=(False, True)), buf, [5, 6])
-    assert buf.obs[1, :, :, 0, 0].tolist() == [[1, 1, 2], [7, 7, 7]]  # env 1 started a new game
-    buf.record_actions([0, 1], None, np.zeros(2, np.int64), np.zeros(2, np.float32), np.zeros(2, np.float32))
-    seen.observe(KEY, report([3, 5], truncated=(True, False)), buf, [5, 6])
-    assert buf.obs[2, :, :, 0, 0].tolist() == [[3, 3, 3], [7, 7, 5]]  # a time limit restarts too
-    again, _ = seen.observe(KEY, report(6, first=True), None, [5, 6])  # the actor's first report again
-    assert again[:, :, 0, 0].tolist() == [[6, 6, 6]] * 2
+def test_stacks_restart_where_an_env_ended_and_say_so():
+    seen = Observations(3)
+    obs, restart = seen.observe(KEY, report(1, first=True))
+    assert obs[:, :, 0, 0].tolist() == [[1, 1, 1]] * 2 and restart.tolist() == [True, True]
+    obs, restart = seen.observe(KEY, report([2, 7], terminated=(False, True)))
+    assert obs[:, :, 0, 0].tolist() == [[1, 1, 2], [7, 7, 7]] and restart.tolist() == [False, True]  # a new game
+    obs, restart = seen.observe(KEY, report([3, 5], truncated=(True, False)))
+    assert obs[:, :, 0, 0].tolist() == [[3, 3, 3], [7, 7, 5]] and restart.tolist() == [True, False]  # a time limit too
+    again, restart = seen.observe(KEY, report(6, first=True))  # the actor's first report again
+    assert again[:, :, 0, 0].tolist() == [[6, 6, 6]] * 2 and restart.all()
 
 
-def test_without_in_place_the_stacks_are_the_observations_own_and_the_row_is_left_alone():
+def test_the_stacks_are_the_observations_own_and_no_rollout_row():
     buf = rollout(3)
-    obs, written = Observations(3, in_place=False).observe(KEY, report(4, first=True), buf, [5, 6])
-    assert not written and not np.shares_memory(obs, buf.obs.numpy()) and buf.obs.sum() == 0
+    obs, _ = Observations(3).observe(KEY, report(4, first=True))
+    assert not np.shares_memory(obs, buf.frames.numpy()) and buf.frames.sum() == 0
     assert obs[:, :, 0, 0].tolist() == [[4, 4, 4]] * 2
 
 
 def test_only_an_env_cut_by_the_time_limit_keeps_its_final_observation_stacked():
-    buf, seen = rollout(3), Observations(3, in_place=False)
-    seen.observe(KEY, report(1, first=True), buf, [5, 6])
+    buf, seen = rollout(3), Observations(3)
+    seen.observe(KEY, report(1, first=True))
     buf.record_outcome([0, 1], np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
     cut = report(0, terminated=(False, True), truncated=(True, True), final={0: 9, 1: 8})
     seen.keep_finals(KEY, buf, [0, 1], cut)

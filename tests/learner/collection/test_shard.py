@@ -38,7 +38,7 @@ def value_fn(obs):
 
 def test_merged_batch_is_each_shards_batch_column_for_column():
     alone = [shard_rollout(1, 3), shard_rollout(2, 2)]
-    _, rows = SharedRows(T, LAYOUT).take(5)  # what two collectors write their 3 and 2 columns into
+    _, rows = SharedRows(T, LAYOUT, policy_lag=False).take(5)  # what two collectors write their 3 and 2 columns into
     columns = [{name: t[:, a:b] for name, t in rows.items()} for a, b in ((0, 3), (3, 5))]
     shards = [Shard.of(k, shard_rollout(k + 1, n, rows=columns[k])) for k, n in ((0, 3), (1, 2))]
     merged = merge_shards(shards, T, LAYOUT, torch.device("cpu"), DeviceLink("cpu"), rows)
@@ -58,11 +58,25 @@ def test_merged_batch_is_each_shards_batch_column_for_column():
             torch.testing.assert_close(whole.data[key][owner == k], part.data[key])
 
 
-def test_shared_rows_alternate_two_sets_and_reallocate_only_on_a_new_width():
-    rows = SharedRows(T, LAYOUT)
+def test_shared_rows_alternate_two_sets_under_policy_lag_and_reallocate_only_on_a_new_width():
+    rows = SharedRows(T, LAYOUT, policy_lag=True)
     a, b = rows.take(4), rows.take(4)
     assert a[0] != b[0] and all(t.is_shared() for t in a[1].values())
     assert rows.take(4)[0] == a[0] and rows.take(4)[0] == b[0]  # the same memory, in turn
     c = rows.take(6)
     assert c[0] not in (a[0], b[0]) and c[1]["obs"].shape == (T, 6, 1)
     assert rows.take(4)[0] == b[0]  # the other set kept its width
+
+
+def test_without_policy_lag_one_set_of_shared_rows_serves_every_rollout():
+    rows = SharedRows(T, LAYOUT, policy_lag=False)
+    a = rows.take(4)
+    assert rows.take(4) is a and rows.take(4)[1]["obs"].data_ptr() == a[1]["obs"].data_ptr()
+    c = rows.take(6)
+    assert c[0] != a[0] and rows.sets == [c]  # the old width's set let go
+
+
+def test_shared_rows_of_stacked_observations_keep_one_frame_per_step():
+    layout = Layout((4, 3, 3), torch.uint8, (), torch.long, stack=4)
+    _, arrays = SharedRows(T, layout, policy_lag=False).take(5)
+    assert "obs" not in arrays and arrays["frames"].shape == (T + 3, 5, 3, 3) and arrays["restarts"].shape == (T, 5)
