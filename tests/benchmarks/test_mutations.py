@@ -14,13 +14,13 @@ def test_every_mutations_target_is_found_exactly_once_in_the_code():
 
 def test_a_target_not_found_fails_at_once_naming_the_mutation_its_file_and_the_string(tmp_path, monkeypatch, capsys):
     (tmp_path / "learner" / "model").mkdir(parents=True)
-    (tmp_path / "learner" / "model" / "networks.py").write_text("return logp.argmax(-1)  # moved\n" * 2)
+    (tmp_path / "learner" / "model" / "heads.py").write_text("return logp.argmax(-1)  # moved\n" * 2)
     monkeypatch.setattr(mutations, "ROOT", tmp_path)  # a tree where the code moved (not a git checkout: nothing runs)
     assert mutations.main(["--only", "greedy-argmin", "gaussian-std-1"]) == 2
     err = capsys.readouterr().err.splitlines()  # in the order of MUTATIONS
     assert err[0].startswith("gaussian-std-1") and "(0 matches of" in err[0]
     assert err[1].split() == ["greedy-argmin", "TARGET", "MISSING", "(2", "matches", "of", "'return", "logp.argmax(-1)'",
-                              "in", "learner/model/networks.py)"]
+                              "in", "learner/model/heads.py)"]
     assert err[2] == "the code moved: update MUTATIONS"
 
 
