@@ -6,7 +6,6 @@ batch, updater, publisher) live in their own modules.
 """
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from learner.checkpointing import Checkpointing, Learned
 from learner.collection.build import Door, RankContext, Serving, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
-from learner.collection.inference import Inference
+from learner.collection.inference import Inference, served_modules
 from learner.collection.pool import default_collectors
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
@@ -236,13 +235,15 @@ class Learner:
             self.checkpoints.resume(device)
         self.checkpoints.sync_from_rank0()
         self.has_policy_lag = has_policy_lag(cfg)
-        # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
+        # Cleanba: with policy lag the actors are served by copies of the previous weights and value statistics while
+        # the update runs (see served_modules)
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
         # bootstrap values of their rollouts only
-        self.policy = Inference(copy.deepcopy(model) if self.has_policy_lag else model, action_space, device, self.obs_norm,
+        served, served_value_norm = served_modules(model, self.value_norm, self.has_policy_lag)
+        self.policy = Inference(served, action_space, device, self.obs_norm,
                                 seed=learner_policy_seed(r.seed, self.state["update"], ranks.rank),
-                                random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
+                                random_actions=r.random_policy, value_norm=served_value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         self.layout = Layout.of(obs_space, action_space)
@@ -386,7 +387,7 @@ class Learner:
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
         if self.has_policy_lag:
-            self.policy.follow(self.model)
+            self.policy.follow(self.model, self.value_norm)
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])
         for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):

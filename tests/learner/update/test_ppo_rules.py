@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.config import Config, ConfigError, PPOConfig, from_dict, lr_schedule
+from learner.config import ConfigError, PPOConfig, from_dict, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import RunningMeanStd, ValueNormalizer
 from learner.collection.inference import Inference
@@ -60,12 +60,6 @@ def test_default_schedule_is_cleanrls_linear_and_anneal_lr_still_switches_it_off
 def test_schedule_keys_are_validated(table, match):
     with pytest.raises(ConfigError, match=match):
         from_dict({"ppo": table})
-
-
-def test_value_normalization_refused_with_policy_lag():
-    with pytest.raises(ConfigError, match="normalize.value is not supported with run.policy_lag"):
-        from_dict({"normalize": {"value": True}, "run": {"policy_lag": 1}})
-    assert isinstance(from_dict({"normalize": {"value": True}}), Config)
 
 
 @pytest.mark.parametrize("every,steps", [("minibatch", 8), ("epoch", 2)])
