@@ -226,7 +226,8 @@ class Learner:
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
+        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum,
+                                  policy_lag=has_policy_lag(cfg))
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
         self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(

@@ -44,8 +44,9 @@ EPISODE = 10  # truncations in the middle of rollouts 3 and 4, the ones replayed
 
 
 def new_updater(model, cfg, value_norm: ValueNormalizer | None = None) -> PPOUpdater:
-    """The one place that knows PPOUpdater's constructor (anneal_lr is off: the schedule plays no part)."""
-    return PPOUpdater(model, cfg, device="cpu", value_norm=value_norm)
+    """The one place that knows PPOUpdater's constructor (anneal_lr is off: the schedule plays no part); the
+    learner's updater knows of the lag (its value clip is anchored at the critic each update starts from)."""
+    return PPOUpdater(model, cfg, device="cpu", value_norm=value_norm, policy_lag=True)
 
 
 def value_statistics(saved: dict) -> ValueNormalizer | None:
