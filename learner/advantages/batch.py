@@ -14,7 +14,9 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 - logprobs: the behaviour policy's (the version that acted), so the PPO ratio is exact under policy lag.
 - advantages and returns: return units. The update (PPOUpdater) folds the returns into the training
   statistics first, then normalizes returns and old values with those statistics for the value loss and its
-  clipping; the advantages stay in return units (ppo.norm_adv standardizes them per minibatch).
+  clipping (with policy lag the clip's old values are the outputs of the critic the update starts from, in
+  return units, not the lagged ones stored); the advantages stay in return units (ppo.norm_adv standardizes
+  them per minibatch).
 """
 from __future__ import annotations
 

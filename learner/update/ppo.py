@@ -106,6 +106,10 @@ class PPOUpdater:
     mean of k3 = (r - 1) - log r with r = pi_new / pi_old, pooled over the ranks by sample. (approx_kl,
     like CleanRL's, is the mean over minibatches of the KL before each step, and stays as reported.)
 
+    policy_lag: each batch was collected by the weights one update older than those the update starts from.
+    The PPO ratio stays against the stored behaviour log-probabilities (exact); the value clip is anchored at
+    the critic the update starts from (_start_values), as without lag.
+
     batch_checksum: also report the float64 sum of the observations the update read, taken after its
     last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
     """
