@@ -409,9 +409,6 @@ def validate(cfg: Config) -> None:
     _check_codec(cfg.cluster)
     _check_rollout(cfg)
     _check_lr(cfg.ppo)
-    _require(not (cfg.normalize.value and cfg.run.policy_lag), "normalize.value is not supported with "
-             "run.policy_lag = 1 (the lagged policy's value head would be read with the newer statistics): "
-             "set one of them off")
 
 
 def _check_topology(cfg: Config) -> None:

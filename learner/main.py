@@ -6,7 +6,6 @@ batch, updater, publisher) live in their own modules.
 """
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from learner.checkpointing import Checkpointing, Learned
 from learner.collection.build import Door, RankContext, Serving, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
-from learner.collection.inference import Inference
+from learner.collection.inference import Inference, served_modules
 from learner.collection.pool import default_collectors
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
@@ -228,7 +227,8 @@ class Learner:
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum)
+        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum,
+                                  policy_lag=has_policy_lag(cfg))
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
         self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(
@@ -237,13 +237,15 @@ class Learner:
             self.checkpoints.resume(device)
         self.checkpoints.sync_from_rank0()
         self.has_policy_lag = has_policy_lag(cfg)
-        # Cleanba: with policy lag the actors are served by a copy holding the previous weights while the update runs
+        # Cleanba: with policy lag the actors are served by copies of the previous weights and value statistics while
+        # the update runs (see served_modules)
         self.link = DeviceLink(device)  # every host <-> device copy of collection and rollouts, counted
         # the actors' policy when collecting here (cluster.collectors = 1); with collector processes, the
         # bootstrap values of their rollouts only
-        self.policy = Inference(copy.deepcopy(model) if self.has_policy_lag else model, action_space, device, self.obs_norm,
+        served, served_value_norm = served_modules(model, self.value_norm, self.has_policy_lag)
+        self.policy = Inference(served, action_space, device, self.obs_norm,
                                 seed=learner_policy_seed(r.seed, self.state["update"], ranks.rank),
-                                random_actions=r.random_policy, value_norm=self.value_norm, link=self.link)
+                                random_actions=r.random_policy, value_norm=served_value_norm, link=self.link)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
@@ -395,7 +397,7 @@ class Learner:
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
         if self.has_policy_lag:
-            self.policy.follow(self.model)
+            self.policy.follow(self.model, self.value_norm)
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])
         self.serial.mark("publish")

@@ -2,6 +2,21 @@
 
 This is the step between collection and the PPO update (CleanRL's "bootstrap value if not done" block),
 kept out of the learner loop so that it can be tested with hand-made rollouts.
+
+The scale of each quantity, with normalize.value (the critic learns standardized returns):
+- rollout values: return units. Each step's value is the serving critic's output de-normalized by the
+  serving policy with the statistics that critic's weights were trained against: with run.policy_lag = 1
+  a snapshot taken with the weights (learner.collection.inference.served_modules), untouched by the update
+  that folds its returns into the training statistics while this rollout is collected. Steps acted on by
+  different versions (a group that ran ahead into the next rollout) are therefore in one scale too.
+- next_values (bootstrap and final observations): return units, from the serving policy of this rollout's end.
+- rewards: the env's, or scaled by normalize.reward: GAE and the returns are in these units.
+- logprobs: the behaviour policy's (the version that acted), so the PPO ratio is exact under policy lag.
+- advantages and returns: return units. The update (PPOUpdater) folds the returns into the training
+  statistics first, then normalizes returns and old values with those statistics for the value loss and its
+  clipping (with policy lag the clip's old values are the outputs of the critic the update starts from, in
+  return units, not the lagged ones stored); the advantages stay in return units (ppo.norm_adv standardizes
+  them per minibatch).
 """
 from __future__ import annotations
 

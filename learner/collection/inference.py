@@ -5,6 +5,7 @@ the rollout stores exactly what the policy saw: the update then reproduces the s
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 
@@ -29,6 +30,18 @@ class ActResult:
     values: np.ndarray    # de-normalized (raw return units) when the critic is trained on normalized ones
 
 
+def served_modules(model: ActorCritic, value_norm: ValueNormalizer | None, policy_lag: bool
+                   ) -> tuple[ActorCritic, ValueNormalizer | None]:
+    """The network and value statistics the actors' policy serves: the training ones themselves, or with
+    policy lag a snapshot of both (copies, refreshed together by Inference.follow after each update). The
+    update of rollout N folds N's returns into the training statistics while rollout N+1 is collected with
+    the previous weights: those weights' critic speaks the previous statistics' units, so N+1's values and
+    bootstrap values are de-normalized with the snapshot, never with statistics moving under them."""
+    if not policy_lag:
+        return model, value_norm
+    return copy.deepcopy(model), copy.deepcopy(value_norm)
+
+
 class Inference:
     """The learner's inference server: one batch of observations in, one batch of results out. On a GPU a
     batch costs one copy to the device and one back (actions, log-probs and values packed together)."""
@@ -47,9 +60,13 @@ class Inference:
         self._pool, self._drawn = np.zeros(0, np.int64), 0  # random discrete actions drawn ahead (_draw)
         self._zeros = np.zeros(0, np.float32)  # the log-probs and values of random actions (read-only)
 
-    def follow(self, model: torch.nn.Module) -> None:
-        """Serve `model`'s current weights (policy lag: the served copy catches up after each update)."""
+    def follow(self, model: torch.nn.Module, value_norm: ValueNormalizer | None = None) -> None:
+        """Serve `model`'s current weights and `value_norm`'s statistics (policy lag: the served copies catch
+        up after each update, both at once, so that the critic's outputs are always de-normalized with the
+        statistics its weights were trained against)."""
         self.model.load_state_dict(model.state_dict())
+        if self.value_norm is not None:
+            self.value_norm.load_state_dict(value_norm.state_dict())
 
     def prepare(self, obs: np.ndarray, update_stats: bool) -> torch.Tensor:
         t = self.link.to_device(obs)

@@ -106,13 +106,18 @@ class PPOUpdater:
     mean of k3 = (r - 1) - log r with r = pi_new / pi_old, pooled over the ranks by sample. (approx_kl,
     like CleanRL's, is the mean over minibatches of the KL before each step, and stays as reported.)
 
+    policy_lag: each batch was collected by the weights one update older than those the update starts from.
+    The PPO ratio stays against the stored behaviour log-probabilities (exact); the value clip is anchored at
+    the critic the update starts from (_start_values), as without lag.
+
     batch_checksum: also report the float64 sum of the observations the update read, taken after its
     last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
     """
 
     def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None,
-                 value_norm: ValueNormalizer | None = None, batch_checksum: bool = False):
+                 value_norm: ValueNormalizer | None = None, batch_checksum: bool = False, policy_lag: bool = False):
         self.ranks = ranks or Ranks.single()
+        self.policy_lag = policy_lag  # batches come from the weights before the ones each update starts from
         self.batch_checksum = batch_checksum
         self.device = torch.device(device)
         self.model = model.to(self.device)
@@ -156,6 +161,16 @@ class PPOUpdater:
         vn.update_moments(self.ranks.sum_tensor(vn.moments(batch["returns"])))
         return {**batch, "values": vn.normalize(batch["values"]), "returns": vn.normalize(batch["returns"])}
 
+    @torch.no_grad()
+    def _start_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """Policy lag, value clipping: the clip's anchor is the critic this update starts from, as without lag
+        (the batch's values are the lagged critic's, one update older: anchored there the critic could move
+        only one clip range per two updates). In return units, like the batch's values: the outputs
+        de-normalized with the statistics they were trained against (this batch's returns not yet folded in)."""
+        chunks = torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches)
+        out = torch.cat([self.model.value(obs[idx]) for idx in chunks]).float()
+        return out if self.value_norm is None else self.value_norm.denormalize(out)
+
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
         """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
@@ -172,6 +187,8 @@ class PPOUpdater:
         counts = self.ranks.gather_ints(n)  # every rank's samples: the weights of its minibatch gradients
         lr = self.learning_rate(progress)
         self._set_lr(lr)
+        if self.policy_lag and cfg.clip_vloss and n:
+            batch = {**batch, "values": self._start_values(obs)}
         if self.value_norm is not None:
             batch = self._normalize_values(batch)
         self.model.train()

@@ -31,6 +31,7 @@ from actor.runner import EnvGroup
 from learner.config import load
 from learner.advantages.gae import compute_gae
 from learner.model.networks import build_model
+from learner.model.normalize import ValueNormalizer
 from learner.update.ppo import PPOUpdater
 from protocol import messages as m
 from protocol.settings import EnvSettings
@@ -42,9 +43,19 @@ T, K, ROLLOUTS, EPOCHS, MINIBATCHES, SEED = 8, 2, 7, 8, 4, 1
 EPISODE = 10  # truncations in the middle of rollouts 3 and 4, the ones replayed
 
 
-def new_updater(model, cfg) -> PPOUpdater:
-    """The one place that knows PPOUpdater's constructor (anneal_lr is off: the schedule plays no part)."""
-    return PPOUpdater(model, cfg, device="cpu")
+def new_updater(model, cfg, value_norm: ValueNormalizer | None = None) -> PPOUpdater:
+    """The one place that knows PPOUpdater's constructor (anneal_lr is off: the schedule plays no part); the
+    learner's updater knows of the lag (its value clip is anchored at the critic each update starts from)."""
+    return PPOUpdater(model, cfg, device="cpu", value_norm=value_norm, policy_lag=True)
+
+
+def value_statistics(saved: dict) -> ValueNormalizer | None:
+    """A checkpoint's value statistics (normalize.value), None without them."""
+    if not saved.get("value_norm"):
+        return None
+    vn = ValueNormalizer()
+    vn.load_state_dict(saved["value_norm"])
+    return vn
 
 
 def run_update(updater: PPOUpdater, batch: dict, update: int, generator: torch.Generator) -> dict:
@@ -108,11 +119,16 @@ def checkpoints_by_version(run_dir) -> dict[int, dict]:
     return {int(c["version"]): c for c in saved}
 
 
-def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(tmp_path):
+@pytest.mark.parametrize("value_norm", [False, True])
+def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(tmp_path, value_norm):
+    """With normalize.value (issue 40) the served critic's outputs are de-normalized with the statistics of
+    the served version (its checkpoint's), not with those the running update moves: else the replayed
+    advantages, and so the replayed update, would differ."""
     run_dir = tmp_path / "lag"
     proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), "--actors", "0",
                   "--total-steps", str(ROLLOUTS * T * K), "--set", "run.policy_lag=1", "--set", f"run.seed={SEED}",
                   "--set", f"cluster.min_envs={K}", "--set", "normalize.obs=false", "--set", "normalize.reward=false",
+                  "--set", f"normalize.value={str(value_norm).lower()}",
                   "--set", f"ppo.num_steps={T}", "--set", f"ppo.update_epochs={EPOCHS}",
                   "--set", f"ppo.num_minibatches={MINIBATCHES}", "--set", "ppo.learning_rate=3e-3",
                   "--set", "ppo.anneal_lr=false", "--set", "run.checkpoint_every=1",
@@ -173,21 +189,26 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
     replayed = [r for r in range(3, ROLLOUTS + 1) if {r - 2, r - 1, r} <= set(W)]
     assert len(replayed) >= 2, f"too few consecutive versions on disk to replay updates: {sorted(W)}"
     for r in replayed:
-        served = W[r - 2]
+        served, served_stats = W[r - 2], value_statistics(saved[r - 2])
+
+        def critic(x, served=served, served_stats=served_stats):  # the served version's raw values
+            out = served.value(x)
+            return out if served_stats is None else served_stats.denormalize(out)
+
         steps = range((r - 1) * T, r * T)
         with torch.no_grad():
             o = torch.stack([torch.from_numpy(obs[s]) for s in steps])
             a = torch.stack([torch.from_numpy(np.array(actions[s].actions)) for s in steps])
             logprobs = torch.stack([served.evaluate(o[t], a[t])[0] for t in range(T)])
-            values = torch.stack([served.value(o[t]) for t in range(T)])
-            bootstrap = served.value(torch.from_numpy(obs[r * T]))
+            values = torch.stack([critic(o[t]) for t in range(T)])
+            bootstrap = critic(torch.from_numpy(obs[r * T]))
         next_values = torch.cat([values[1:], bootstrap[None]])
         truncated = torch.zeros((T, K), dtype=torch.bool)
         for t, s in enumerate(steps):
             for i, final in finals.get(s, {}).items():  # a truncation bootstraps from its last observation
                 truncated[t, i] = True
                 with torch.no_grad():
-                    next_values[t, i] = served.value(torch.from_numpy(final)[None])[0]
+                    next_values[t, i] = critic(torch.from_numpy(final)[None])[0]
         reward = torch.stack([torch.from_numpy(rewards[s]) for s in steps])
         terminated = torch.zeros((T, K), dtype=torch.bool)
         adv, ret = compute_gae(reward, values, next_values, terminated, truncated, cfg.ppo.gamma,
@@ -196,7 +217,8 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
         batch = {"obs": o.flatten(0, 1), "actions": a.flatten(0, 1), "logprobs": logprobs.flatten(),
                  "values": values.flatten(), "advantages": adv.flatten(), "returns": ret.flatten()}
         model = weights(r - 1)
-        updater = new_updater(model, cfg.ppo)
+        updater = new_updater(model, cfg.ppo, value_statistics(saved[r - 1]))
+        assert (updater.value_norm is not None) == value_norm
         updater.load_state_dict(saved[r - 1]["updater"])
         gen = torch.Generator().manual_seed(SEED + 1)  # the learner's update generator
         for _ in range((r - 1) * EPOCHS):  # what updates 1..r-1 drew
@@ -204,6 +226,8 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
         stats = run_update(updater, batch, r, gen)
         assert stats["first_minibatch_ratio_max_dev"] == pytest.approx(rows[r - 1]["first_minibatch_ratio_max_dev"],
                                                                        rel=1e-3, abs=1e-6)
+        if value_norm:  # rollout r's returns folded into version r-1's statistics: version r's
+            torch.testing.assert_close(updater.value_norm.state_dict(), value_statistics(saved[r]).state_dict())
         for (name, p), q in zip(model.named_parameters(), W[r].parameters()):
             torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=0,
                                        msg=lambda text: f"update {r}, {name}: {text}")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.config import Config, ConfigError, PPOConfig, from_dict, lr_schedule
+from learner.config import ConfigError, PPOConfig, from_dict, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import RunningMeanStd, ValueNormalizer
 from learner.collection.inference import Inference
@@ -60,12 +60,6 @@ def test_default_schedule_is_cleanrls_linear_and_anneal_lr_still_switches_it_off
 def test_schedule_keys_are_validated(table, match):
     with pytest.raises(ConfigError, match=match):
         from_dict({"ppo": table})
-
-
-def test_value_normalization_refused_with_policy_lag():
-    with pytest.raises(ConfigError, match="normalize.value is not supported with run.policy_lag"):
-        from_dict({"normalize": {"value": True}, "run": {"policy_lag": 1}})
-    assert isinstance(from_dict({"normalize": {"value": True}}), Config)
 
 
 @pytest.mark.parametrize("every,steps", [("minibatch", 8), ("epoch", 2)])
@@ -225,6 +219,37 @@ def test_value_clipping_happens_in_normalized_units():
     clipped = old + np.clip(v_new - old, -0.1, 0.1)
     expected = 0.5 * np.mean(np.maximum((v_new - target) ** 2, (clipped - target) ** 2))
     assert stats["value_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("value_norm", [True, False])
+def test_with_policy_lag_the_value_clip_is_anchored_at_the_critic_the_update_starts_from(value_norm):
+    """Issue 40: the batch's values are the lagged critic's (one update older); the clip's anchor is this
+    critic's output, de-normalized with the statistics before this batch's returns fold in, then normalized
+    with those after, as the stored values of a synchronous learner would be."""
+    model = make_model()
+    batch = make_batch(model, n=16)
+    with torch.no_grad():
+        v_new = model.value(batch["obs"]).double().numpy()
+    # returns near this critic (raw units) or far from the prior statistics (normalized): either way the loss
+    # differs between the two anchors
+    batch["returns"] = batch["returns"] * 50 + 300 if value_norm else torch.from_numpy(v_new).float() + 1.0
+    batch["values"] = batch["values"] + 40.0  # the lagged critic's: far from this one's
+    vn = ValueNormalizer() if value_norm else None
+    cfg = PPOConfig(update_epochs=1, num_minibatches=1, clip_vloss=True, clip_coef=0.1)
+    stats = PPOUpdater(model, cfg, "cpu", value_norm=vn, policy_lag=True).update(batch, progress=0.0)
+    returns = batch["returns"].double().numpy()
+    if value_norm:
+        old_raw = v_new * math.sqrt(1.0 + 1e-5)  # de-normalized with the prior statistics: mean 0, var 1
+        mean, var = _hand_stats(returns)
+        norm = lambda x: (x - mean) / math.sqrt(var + 1e-5)
+    else:
+        old_raw, norm = v_new, lambda x: x
+    target, old = norm(returns), norm(old_raw)
+    clipped = old + np.clip(v_new - old, -0.1, 0.1)
+    expected = 0.5 * np.mean(np.maximum((v_new - target) ** 2, (clipped - target) ** 2))
+    assert stats["value_loss"] == pytest.approx(expected, rel=1e-5)
+    values = batch["values"].double().numpy()  # explained variance stays the collected values'
+    assert stats["explained_variance"] == pytest.approx(1 - np.var(returns - values) / np.var(returns), rel=1e-9)
 
 
 def test_policy_reports_de_normalized_values():
