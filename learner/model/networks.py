@@ -37,10 +37,16 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.encoder(obs)
-        return self.head(self.actor(features)), self.critic(features).squeeze(-1)
+        # under autocast (ppo.update_precision) only the encoder runs in low precision: the log-probs and
+        # values stay float32, as PPO's probability ratios need
+        with torch.autocast(features.device.type, enabled=False):
+            features = features.float()
+            return self.head(self.actor(features)), self.critic(features).squeeze(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.encoder(obs)).squeeze(-1)  # the policy's part is not needed
+        features = self.encoder(obs)  # the policy's part is not needed
+        with torch.autocast(features.device.type, enabled=False):
+            return self.critic(features.float()).squeeze(-1)
 
     def observe(self, obs: torch.Tensor, ranks=None) -> None:
         """Fold a training batch into statistics the encoder keeps about its inputs (if any)."""

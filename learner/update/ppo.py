@@ -1,6 +1,8 @@
 """The PPO update: the loss (clipped surrogate or adaptive KL penalty) and the epoch/minibatch loop."""
 from __future__ import annotations
 
+import contextlib
+
 
 import torch
 from torch import nn
@@ -128,6 +130,13 @@ class PPOUpdater:
         self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
         self.loss_keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+
+    def _autocast(self):
+        """The context the update's forward passes run in: bfloat16 autocast (ppo.update_precision bf16; the
+        model keeps its heads in float32 under it), or nothing (fp32). Backward follows the forward's types."""
+        if self.cfg.update_precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def learning_rate(self, progress: float) -> float:
         """progress: the run's env steps done before this update's rollout / run.total_steps.
@@ -271,7 +280,8 @@ class PPOUpdater:
         n = batch["obs"].shape[0]
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for idx in torch.arange(n, device=batch["obs"].device).tensor_split(self.cfg.num_minibatches) if n else ():
-            new_logprob = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])[0]
+            with self._autocast():
+                new_logprob = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])[0]
             logratio = (new_logprob - batch["logprobs"][idx]).double()
             total += ((logratio.exp() - 1) - logratio).sum()
         kl_sum, count = self.ranks.sum_tensor(torch.stack([total, total.new_tensor(float(n))]))
@@ -284,7 +294,8 @@ class PPOUpdater:
         cfg, params = self.cfg, [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer.zero_grad(set_to_none=True)
         if idx.numel():
-            new_logprob, entropy, new_values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
+            with self._autocast():
+                new_logprob, entropy, new_values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
             old_logprob = batch["logprobs"][idx]
             loss, stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
                                    batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
