@@ -207,3 +207,15 @@ def test_mlp_parameters_keep_their_order():
     model = build_model(VECTOR, DISCRETE, ModelConfig(kind="mlp"))
     names = [n.split(".")[0] for n, _ in model.named_parameters()]
     assert names == sorted(names, key=["actor", "head", "critic"].index)
+
+
+def test_the_heads_stay_fp32_under_autocast():
+    torch.manual_seed(0)
+    model = build_model(IMAGE, DISCRETE, ModelConfig())
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, value = model(obs)
+        hidden = model.encoder(obs)
+        alone = model.value(obs)
+    assert hidden.dtype == torch.bfloat16  # the encoder ran in bf16
+    assert out.dtype == value.dtype == alone.dtype == torch.float32
