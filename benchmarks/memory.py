@@ -66,8 +66,10 @@ def run_row(checkout: Path, slots: int, args, tmp: Path, label: str) -> dict:
         _wait_for(lambda: len(read_metrics(metrics)) >= 1, args.row_timeout, "a first update", proc, run_dir)
         samples = []
         deadline = time.monotonic() + args.row_timeout
-        while len(read_metrics(metrics)) < args.updates and time.monotonic() < deadline and proc.poll() is None:
+        while True:  # at least one sample, also when the last update came before the first one
             samples.append(sum(read_pss_mb(pid) or 0.0 for pid in pids))
+            if len(read_metrics(metrics)) >= args.updates or time.monotonic() >= deadline or proc.poll() is not None:
+                break
             time.sleep(0.2)
         if len(read_metrics(metrics)) < args.updates:
             raise RuntimeError(f"{label} {slots} slots: fewer than {args.updates} updates in {args.row_timeout:g}s")

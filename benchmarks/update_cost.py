@@ -5,26 +5,41 @@
     python benchmarks/update_cost.py --compare gathers      # minibatch gathers: per minibatch vs once per epoch
     python benchmarks/update_cost.py --compare act          # acting under torch.no_grad vs torch.inference_mode
     python benchmarks/update_cost.py --rounds 5 --threads 1
+    python benchmarks/update_cost.py --compare trees --base /tmp/base   # pong-fast's update: a checkout vs this tree
+    python benchmarks/update_cost.py --compare precision    # pong-fast's update: fp32 vs ppo.update_precision bf16
+    python benchmarks/update_cost.py --compare adam         # pong-fast's Adam step: foreach vs fused
 
 One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epochs x 4 minibatches. Every
 variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
-faster.
+faster. The pong-fast modes (issue 41) run configs/pong-fast.toml's update instead: 8,192 samples, 4 epochs x
+4 minibatches of 2,048, ELU, input and value normalization, the adaptive rate. `trees` runs each variant in a
+child process with PYTHONPATH set to a checkout (--base, e.g. `git worktree add /tmp/base c3c58f9`) or to this
+tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-from learner.config import ModelConfig, PPOConfig
+from learner.config import ModelConfig, PPOConfig, load
+from learner.model.normalize import ValueNormalizer
 from learner.model.networks import build_model
 from learner.update.ppo import PPOUpdater
 from protocol.spaces import SpaceSpec
 
 N = 1024
+ROOT = Path(__file__).resolve().parent.parent
+PONG_FAST = ROOT / "configs" / "pong-fast.toml"
+PONG_N = 8192
 OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
 ACTIONS = SpaceSpec(kind="discrete", n=4)
 
@@ -127,21 +142,100 @@ def compare_act(repeats: int) -> tuple[float, float]:
     return median_time(serve(torch.no_grad), repeats) / 50, median_time(serve(torch.inference_mode), repeats) / 50
 
 
+def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_FAST, n: int = PONG_N) -> float:
+    """Median seconds of pong-fast's update (the config's, with the given --set overrides) after one warm-up
+    update, on random frames whose input statistics the network has taken in."""
+    cfg = load(config, overrides)
+    torch.manual_seed(0)
+    model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
+    g = torch.Generator().manual_seed(0)
+    batch = {"obs": torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
+             "actions": torch.randint(0, 6, (n,), generator=g), "logprobs": torch.full((n,), -1.792),
+             "values": torch.randn(n, generator=g), "advantages": torch.randn(n, generator=g),
+             "returns": torch.randn(n, generator=g)}
+    model.observe(batch["obs"])
+    updater = PPOUpdater(model, cfg.ppo, "cpu", value_norm=ValueNormalizer())
+    updater.update(batch, 0.0, g)
+    return median_time(lambda: updater.update(batch, 0.0, g), repeats)
+
+
+def _child(tree: Path, overrides: list[str], repeats: int, threads: int) -> float:
+    """pong_fast_update_s in a fresh process importing the learner from `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, __file__, "--child", json.dumps(overrides), "--repeats", str(repeats),
+           "--threads", str(threads)]
+    out = subprocess.run(cmd, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def trees_variants(base: Path, threads: int) -> list[tuple[str, Callable[[int], float]]]:
+    bf16 = ["ppo.update_precision=bf16"]
+    return [(f"base {base.name} fp32", lambda r: _child(base, [], r, threads)),
+            ("this tree fp32", lambda r: _child(ROOT, ["ppo.update_precision=fp32"], r, threads)),
+            ("this tree bf16", lambda r: _child(ROOT, bf16, r, threads))]
+
+
+def compare_precision(repeats: int) -> tuple[float, float]:
+    return (pong_fast_update_s(["ppo.update_precision=fp32"], repeats),
+            pong_fast_update_s(["ppo.update_precision=bf16"], repeats))
+
+
+def compare_adam(repeats: int) -> tuple[float, float]:
+    """16 Adam steps (one pong-fast update's) on the Nature CNN's parameters with gradients: torch's default
+    (foreach) against fused=True."""
+    def steps(fused: bool):
+        params = [p.detach().clone().requires_grad_() for p in new_model().parameters()]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.Adam(params, lr=3e-4, eps=1e-5, fused=fused or None)
+        opt.step()
+        return lambda: [opt.step() for _ in range(16)]
+    return median_time(steps(False), repeats), median_time(steps(True), repeats)
+
+
 COMPARISONS = {"layout": (compare_layout, "NCHW", "channels-last", "s per update"),
                "compile": (compare_compile, "eager", "torch.compile", "s per update after the first"),
                "gathers": (compare_gathers, "per minibatch", "per epoch", "s of gathers per update"),
-               "act": (compare_act, "no_grad", "inference_mode", "s per inference batch of 8")}
+               "act": (compare_act, "no_grad", "inference_mode", "s per inference batch of 8"),
+               "precision": (compare_precision, "fp32", "bf16", "s per pong-fast update"),
+               "adam": (compare_adam, "foreach", "fused", "s per 16 Adam steps")}
+
+
+def run_trees(base: Path, rounds: int, repeats: int, threads: int) -> None:
+    """Every variant once per round, in turn; each variant's ratio to the first, median and spread."""
+    variants = trees_variants(base, threads)
+    times: dict[str, list[float]] = {name: [] for name, _ in variants}
+    for r in range(rounds):
+        for name, run in variants:
+            times[name].append(run(repeats))
+        print(f"round {r + 1}: " + ", ".join(f"{name} {t[-1]:.2f} s" for name, t in times.items()), flush=True)
+    first = times[variants[0][0]]
+    for name, t in times.items():
+        ratios = [a / b for a, b in zip(first, t)]
+        print(f"{name}: median {statistics.median(t):.2f} s per update (min {min(t):.2f}, max {max(t):.2f}); "
+              f"speedup over {variants[0][0]}: median {statistics.median(ratios):.2f} "
+              f"(rounds {', '.join(f'{x:.2f}' for x in ratios)})")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compare", choices=sorted(COMPARISONS), default="layout")
+    p.add_argument("--compare", choices=sorted(COMPARISONS) + ["trees"], default="layout")
+    p.add_argument("--base", type=Path, help="trees: the checkout to compare this tree against")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # trees: one measurement, --set overrides as JSON
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per variant and round")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the cores)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.child is not None:
+        print(pong_fast_update_s(json.loads(args.child), args.repeats, Path.cwd() / "configs" / "pong-fast.toml"))
+        return
+    if args.compare == "trees":
+        if args.base is None:
+            p.error("--compare trees needs --base CHECKOUT")
+        run_trees(args.base.resolve(), args.rounds, args.repeats, args.threads)
+        return
     run, name_a, name_b, unit = COMPARISONS[args.compare]
     ratios = []
     for r in range(args.rounds):
