@@ -52,7 +52,7 @@ from learner import config_docs
 from learner.config import (Config, ConfigError, Device, check_resume, field_docs, from_dict, load, to_toml,
                             with_topology)
 from learner.restarts import DiskSpace, RestartPolicy, Verdict, cause, last_update
-from learner.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
+from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
 from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("launch")

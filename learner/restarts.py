@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-EXIT_REFUSED = 2  # the learner's exit code when it refused to start (learner/main.py): it would refuse again
+from learner.lifecycle.process import EXIT_REFUSED
+
 
 
 @dataclass(frozen=True)

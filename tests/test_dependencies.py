@@ -2,7 +2,8 @@
 collection -> rollout -> advantages -> update -> weights. Each stage of the learner may import only the stages
 this table names: the gateway (where actors arrive, and where they are placed on ranks) none; collection the
 gateway it serves, the rollout it writes and the weights it serves (the loop closes there); advantages the
-rollout it reads; the update and the weights none. The wire and the actors stay light."""
+rollout it reads; the update none; the weights the update whose state their checkpoints hold (its optimizer, the
+ranks they are saved for and loaded on). The wire and the actors stay light."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ["gateway", "collection", "rollout", "advantages", "update", "weights"]
 MAY_IMPORT = {"gateway": set(), "collection": {"gateway", "rollout", "weights"}, "rollout": set(),
-              "advantages": {"rollout"}, "update": set(), "weights": set()}
+              "advantages": {"rollout"}, "update": set(), "weights": {"update"}}
 
 
 def imports(package: str) -> dict[str, set[str]]:
