@@ -47,10 +47,19 @@ def test_collection_and_gateway_import_nothing_from_update():
     assert wrong == []
 
 
+def test_nothing_of_the_learner_actor_or_protocol_imports_the_launcher():
+    """launch.py and launcher/ start the learner and the actors, never the other way round."""
+    wrong = [f"{path} imports {name}" for package in ("learner", "actor", "protocol")
+             for path, names in imports(package).items() for name in names
+             if name == "launcher" or name.startswith("launcher.") or name == "launch"]
+    assert wrong == []
+
+
 def test_the_gateway_protocol_and_actors_stay_free_of_torch_and_the_learner():
     heavy = {"protocol": ("torch", "gymnasium", "ale_py", "actor", "learner"),
              "actor": ("torch", "learner"),
-             "learner/gateway": ("torch", "learner.collection", "learner.update", "learner.model")}
+             "learner/gateway": ("torch", "learner.collection", "learner.update", "learner.model"),
+             "launcher": ("torch", "gymnasium", "ale_py")}  # the launcher's children import them, in themselves
     wrong = [f"{path} imports {name}" for package, banned in heavy.items()
              for path, names in imports(package).items() for name in names
              if any(name == b or name.startswith(b + ".") for b in banned)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-PACKAGES = ("actor", "learner", "protocol", "ppo_cluster")
+PACKAGES = ("actor", "launcher", "learner", "protocol", "ppo_cluster")
 HOMES = ("integration", "benchmarks")  # named by what they check, not by a module
 LOOSE_MODULES = 6
 

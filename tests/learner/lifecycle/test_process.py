@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, Stop
-from learner.restarts import RestartPolicy
+from launcher.restarts import RestartPolicy
 
 
 def test_sigterm_and_sigint_set_the_stop_flag_instead_of_raising():
