@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,11 +18,12 @@ import torch
 import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
-from learner.rundir import RunDirHeld, RunLock
+from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
+from learner.lifecycle.rundir import RunDirHeld, RunLock
+from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
-from learner.checkpointing import Checkpointing, Learned
 from learner.collection.build import Door, RankContext, Serving, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.forms import open_collection
@@ -38,6 +37,7 @@ from learner.update.runner import UpdateRunner
 from learner.update.ranks import Ranks, RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
+from learner.weights.checkpointing import Checkpointing, Learned
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
 from learner.model.networks import build_model
@@ -46,16 +46,13 @@ from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import log_name, setup_logging
 from learner.report.reporter import Gathered, Job, Reporter, Since
 from learner.report.serial import SerialPhases
-from learner.startup import StartupError, starting
 from actor.envs import describe_spaces, make_env
 from protocol.security import ServerKeys
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
-from protocol.processes import parent_alive
 from protocol.transport import local_address
 
 log = logging.getLogger("learner")
-PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
 
 
 def pick_device(name: str) -> torch.device:
@@ -125,45 +122,6 @@ def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     atomic_write(run_dir / name, json.dumps(info))
 
 
-class Stop:
-    """Set by SIGTERM/SIGINT; checked between messages, so shutdown waits for no rollout."""
-
-    def __init__(self):
-        self.requested = False
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._set)
-
-    def _set(self, *_):
-        self.requested = True
-
-    def request(self) -> None:
-        self.requested = True
-
-    def __call__(self) -> bool:
-        return self.requested
-
-
-class ParentWatch:
-    """No orphaned learner: once the process that started it (launch.py) is gone, killed with -9 or by the
-    OOM killer, the learner stops as on SIGTERM (final checkpoint, goodbyes, ports and device freed), and
-    exits hard if that takes longer than grace_s (it may be deep in an update or a collective). A thread
-    polling the parent pid (protocol.processes.parent_alive)."""
-
-    def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5):
-        self.parent_pid, self.stop, self.grace_s, self.every_s = parent_pid, stop, grace_s, every_s
-        threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
-
-    def _watch(self) -> None:
-        while parent_alive(self.parent_pid):
-            time.sleep(self.every_s)
-        log.error("the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
-        self.stop.request()
-        time.sleep(self.grace_s)  # the main thread exits the process before this ends, unless it is stuck
-        log.error("still running %gs after the launcher died: exiting now", self.grace_s)
-        logging.shutdown()
-        os._exit(1)
-
-
 def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
     nobody to watch, and the learner takes the lock itself)."""
@@ -173,7 +131,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
         lock = None if parent_pid else RunLock(run_dir, env_rank())
     except RunDirHeld as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     try:
         return _run(cfg, run_dir, resume, parent_pid)
     finally:
@@ -190,21 +148,21 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
         learner = Learner(cfg, run_dir, resume, stop)
     except StartupError as exc:
         log.error("%s", exc)  # the level already says ERROR
-        return 2
+        return EXIT_REFUSED
     except RanksLost as exc:
         log.error("%s", exc)  # the level already says ERROR
-        return 1
+        return EXIT_FAILED
     try:
         learner.train()
     except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
         log.error("%s", exc)  # the level already says ERROR
-        return 1
+        return EXIT_FAILED
     except WriteFailed as exc:  # the run directory's disk is full or read-only: stop, resume when it is not
         log.error("%s: the run stops; nothing is lost beyond the newest checkpoint (--resume)", exc)
-        return 1
+        return EXIT_FAILED
     finally:
         learner.close()
-    return 1 if learner.checkpoints.save_failed else 0  # the final checkpoint could not be written: said above
+    return EXIT_FAILED if learner.checkpoints.save_failed else EXIT_DONE  # a final checkpoint not written: said above
 
 
 class Learner:

@@ -2,7 +2,8 @@
 collection -> rollout -> advantages -> update -> weights. Each stage of the learner may import only the stages
 this table names: the gateway (where actors arrive, and where they are placed on ranks) none; collection the
 gateway it serves, the rollout it writes and the weights it serves (the loop closes there); advantages the
-rollout it reads; the update and the weights none. The wire and the actors stay light."""
+rollout it reads; the update none; the weights the update whose state their checkpoints hold (its optimizer, the
+ranks they are saved for and loaded on). The wire and the actors stay light."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ["gateway", "collection", "rollout", "advantages", "update", "weights"]
 MAY_IMPORT = {"gateway": set(), "collection": {"gateway", "rollout", "weights"}, "rollout": set(),
-              "advantages": {"rollout"}, "update": set(), "weights": set()}
+              "advantages": {"rollout"}, "update": set(), "weights": {"update"}}
 
 
 def imports(package: str) -> dict[str, set[str]]:
@@ -46,10 +47,19 @@ def test_collection_and_gateway_import_nothing_from_update():
     assert wrong == []
 
 
+def test_nothing_of_the_learner_actor_or_protocol_imports_the_launcher():
+    """launch.py and launcher/ start the learner and the actors, never the other way round."""
+    wrong = [f"{path} imports {name}" for package in ("learner", "actor", "protocol")
+             for path, names in imports(package).items() for name in names
+             if name == "launcher" or name.startswith("launcher.") or name == "launch"]
+    assert wrong == []
+
+
 def test_the_gateway_protocol_and_actors_stay_free_of_torch_and_the_learner():
     heavy = {"protocol": ("torch", "gymnasium", "ale_py", "actor", "learner"),
              "actor": ("torch", "learner"),
-             "learner/gateway": ("torch", "learner.collection", "learner.update", "learner.model")}
+             "learner/gateway": ("torch", "learner.collection", "learner.update", "learner.model"),
+             "launcher": ("torch", "gymnasium", "ale_py")}  # the launcher's children import them, in themselves
     wrong = [f"{path} imports {name}" for package, banned in heavy.items()
              for path, names in imports(package).items() for name in names
              if any(name == b or name.startswith(b + ".") for b in banned)]

@@ -3,6 +3,9 @@ tests/<path>/test_<module>.py, or tests/<path>/test_<module>_<aspect>.py for a s
 Multi-process tests live in tests/integration/ and the benchmarks' in tests/benchmarks/, named by what they
 check; tests/test_*.py check the project as a whole. A module moved or renamed leaves no orphan test file.
 
+learner/'s root keeps at most LOOSE_MODULES modules of its own: the rest lives in the subpackages that say what
+they are (issue 42).
+
 `python -m tests.test_layout` lists the modules that have no unit test file of their own."""
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-PACKAGES = ("actor", "learner", "protocol", "ppo_cluster")
+PACKAGES = ("actor", "launcher", "learner", "protocol", "ppo_cluster")
 HOMES = ("integration", "benchmarks")  # named by what they check, not by a module
+LOOSE_MODULES = 6
 
 
 def modules() -> list[Path]:
@@ -51,6 +55,12 @@ def test_the_mirror_rule_reads_names_as_documented():
         Path("learner/collection/collector.py")
     assert module_of(Path("learner/test_collector.py")) is None  # not beside its mirror
     assert module_of(Path("protocol/test_fuzz.py")) is None
+
+
+def test_the_learners_root_keeps_at_most_six_loose_modules():
+    loose = sorted(p.name for p in (ROOT / "learner").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= LOOSE_MODULES, f"learner/ holds {len(loose)} modules of its own ({loose}): at most " \
+                                        f"{LOOSE_MODULES}; move some into the subpackage they belong to"
 
 
 if __name__ == "__main__":

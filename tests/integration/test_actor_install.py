@@ -27,7 +27,7 @@ TOTAL_STEPS = 128  # smoke config: 2 envs x 16 steps = 32 agent steps per update
 NETWORK_ERRORS = ("NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "Max retries exceeded",
                   "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
                   "Connection refused", "ProxyError")
-SOURCES = ("pyproject.toml", "README.md", "launch.py", "actor", "learner", "protocol", "ppo_cluster")
+SOURCES = ("pyproject.toml", "README.md", "launch.py", "actor", "launcher", "learner", "protocol", "ppo_cluster")
 
 
 def _light_venv(tmp_path: Path) -> Path:

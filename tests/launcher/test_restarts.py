@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from learner.restarts import DiskSpace, RestartPolicy, cause, last_update
+from launcher.restarts import DiskSpace, RestartPolicy, cause, last_update
 
 
 class Clock:

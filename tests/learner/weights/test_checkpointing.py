@@ -1,5 +1,5 @@
 """When a checkpoint is due: by updates, and by time since the last one, whatever an update's length."""
-from learner.checkpointing import SaveSchedule
+from learner.weights.checkpointing import SaveSchedule
 
 
 class FakeClock:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from learner.rundir import RunDirHeld, RunLock, default_name, holder, refuse_if_held
+from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, holder, refuse_if_held
 
 
 def test_default_names_of_runs_started_in_the_same_second_differ():

@@ -1,10 +1,10 @@
-"""A run that cannot start says why in one line (learner/startup.py): whatever a library raises inside
+"""A run that cannot start says why in one line (learner/lifecycle/startup.py): whatever a library raises inside
 `starting(what)` comes out as one StartupError naming what was being done, without the library's chain."""
 from __future__ import annotations
 
 import pytest
 
-from learner.startup import StartupError, starting
+from learner.lifecycle.startup import StartupError, starting
 
 
 def test_a_library_error_becomes_one_line_naming_what_was_being_done():

@@ -14,11 +14,17 @@ import json
 import os
 import shutil
 import signal
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-EXIT_REFUSED = 2  # the learner's exit code when it refused to start (learner/main.py): it would refuse again
+from learner.lifecycle.process import EXIT_REFUSED
+
+log = logging.getLogger("launch")
+SPACE_POLL_S = 2.0  # a full disk: how often the free space is looked at again before a restart
+
 
 
 @dataclass(frozen=True)
@@ -106,3 +112,51 @@ def _size(path: Path | None) -> int:
         return path.stat().st_size if path is not None else 0
     except OSError:
         return 0
+
+
+class LearnerRestarts:
+    """Whether launch.py starts its learner again after it ended abnormally (RestartPolicy: bounded,
+    with a back-off, no loop on a fault that repeats at once), and the waits before: the back-off, and a full disk
+    (one line, then polled until there is room; a stop request ends either). Under torchrun or srun their own
+    --max-restarts restarts the job instead (`enabled` False)."""
+
+    def __init__(self, policy: RestartPolicy, run_dir: Path, stops: Callable[[], bool], enabled: bool = True):
+        self.policy, self.stops, self.enabled = policy, stops, enabled
+        self.metrics, self.disk = run_dir / "metrics.jsonl", DiskSpace(run_dir)
+        self.baseline = last_update(self.metrics)  # the last update before the learner now running
+
+    @property
+    def used(self) -> int:
+        return self.policy.used
+
+    def started(self) -> None:
+        """The learner is up, its resume done (the logs cut back to its checkpoint): its progress counts from here."""
+        self.baseline = last_update(self.metrics)
+
+    def decide(self, name: str, exitcode: int | None) -> Verdict | None:
+        """One line either way, naming the cause; None: not restarted (stopping, or not ours to restart)."""
+        if not self.enabled or self.stops():
+            return None
+        reached = last_update(self.metrics)
+        verdict = self.policy.decide(exitcode, reached > self.baseline)
+        self.baseline = reached  # a learner that dies before its resume is done has made no progress
+        if not verdict.restart:
+            log.error("the learner (%s) %s after update %d; not restarting it: %s", name, cause(exitcode),
+                      reached, verdict.why)
+            return None
+        log.warning("the learner (%s) %s after update %d: restart %d of %d, from its newest checkpoint, "
+                    "in %gs", name, cause(exitcode), reached, self.policy.used, self.policy.limit, verdict.delay_s)
+        return verdict
+
+    def wait(self, verdict: Verdict) -> bool:
+        """The back-off, then room on the disk. False when a stop request came meanwhile."""
+        until = time.monotonic() + verdict.delay_s
+        while time.monotonic() < until and not self.stops():
+            time.sleep(0.1)  # a back-off, not synchronization: a Ctrl-C ends it within 0.1 s
+        short = self.disk.shortfall()
+        if short is not None:
+            log.warning("the disk of %s is full (%s): waiting for space before the restart", self.disk.run_dir, short)
+        while short is not None and not self.stops():
+            time.sleep(SPACE_POLL_S)  # polling the free space, not synchronization
+            short = self.disk.shortfall()
+        return not self.stops()

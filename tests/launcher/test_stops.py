@@ -1,4 +1,4 @@
-"""launch.py's StopRequests: a Ctrl-C that lands while a child process starts is a stop request, never lost,
+"""The launcher's StopRequests (launcher/stops.py): a Ctrl-C that lands while a child process starts is a stop request, never lost,
 and the child itself starts with Ctrl-C blocked."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-import launch
+from launcher.stops import StopRequests
 
 
 @pytest.fixture
 def stops():
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield launch.StopRequests()
+        yield StopRequests()
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)

@@ -15,7 +15,7 @@ from learner.model.networks import ActorCritic
 from learner.model.normalize import ObsNormalizer, RewardScaler, ValueNormalizer
 from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import drop_rows_after
-from learner.startup import StartupError, starting
+from learner.lifecycle.startup import StartupError, starting
 from learner.update.ppo import PPOUpdater
 from learner.update.ranks import Ranks
 from learner.weights import checkpoint

@@ -1,0 +1,57 @@
+"""The learner as an OS process: what tells it to stop (SIGTERM, SIGINT, its launcher gone) and the exit codes
+launch.py reads (it restarts a learner that exited EXIT_FAILED from its newest checkpoint, never one that exited
+EXIT_REFUSED). Torch-free: the launcher imports the codes."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from protocol.processes import parent_alive
+
+log = logging.getLogger("learner")
+EXIT_DONE = 0  # total_steps reached, or stopped on request
+EXIT_FAILED = 1  # a fault stopped it (a rank lost, a stall, the disk): nothing lost beyond the last checkpoint
+EXIT_REFUSED = 2  # it refused to start (its log line says why): it would refuse again
+PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
+
+
+class Stop:
+    """Set by SIGTERM/SIGINT; checked between messages, so shutdown waits for no rollout."""
+
+    def __init__(self):
+        self.requested = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._set)
+
+    def _set(self, *_):
+        self.requested = True
+
+    def request(self) -> None:
+        self.requested = True
+
+    def __call__(self) -> bool:
+        return self.requested
+
+
+class ParentWatch:
+    """No orphaned learner: once the process that started it (launch.py) is gone, killed with -9 or by the
+    OOM killer, the learner stops as on SIGTERM (final checkpoint, goodbyes, ports and device freed), and
+    exits hard if that takes longer than grace_s (it may be deep in an update or a collective). A thread
+    polling the parent pid (protocol.processes.parent_alive)."""
+
+    def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5):
+        self.parent_pid, self.stop, self.grace_s, self.every_s = parent_pid, stop, grace_s, every_s
+        threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while parent_alive(self.parent_pid):
+            time.sleep(self.every_s)
+        log.error("the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
+        self.stop.request()
+        time.sleep(self.grace_s)  # the main thread exits the process before this ends, unless it is stuck
+        log.error("still running %gs after the launcher died: exiting now", self.grace_s)
+        logging.shutdown()
+        os._exit(EXIT_FAILED)
