@@ -19,7 +19,7 @@ import torch
 
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.counters import RolloutCounters, RolloutCounts
-from learner.collection.holders import group_of, unfinished
+from learner.collection.slot_owners import group_of, unfinished
 from learner.collection.observations import Observations, episodes_of
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
@@ -51,7 +51,7 @@ class Waiting:
 
 @dataclass(frozen=True)
 class CollectorSettings:
-    """How a collector runs its rollouts (made from the config in learner/collection/build.py).
+    """How a collector runs its rollouts (made from the config in learner/collection/assembly.py).
     `lockstep` (deterministic runs): see the module doc; `startup_timeout_s`: 0, the first rollout waits for its
     actors for ever; `policy_lag`: the previous rollout is still being trained on while this
     one fills; `collect_only`: see the module doc."""
