@@ -24,11 +24,8 @@ from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
-from learner.collection.build import Door, RankContext, Serving, Spaces, has_policy_lag
-from learner.collection.collection import Collection
-from learner.collection.forms import open_collection
-from learner.collection.inference import Inference, served_modules
-from learner.collection.pool import default_collectors
+from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, Spaces, has_policy_lag,
+                                open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.advantages.batch import empty_batch, rollout_to_batch
@@ -267,16 +264,14 @@ class Learner:
                  self.publisher.endpoint, self.device, type(self.model).__name__)
 
     def _open_collection(self, address: str, run_id: str) -> Collection:
-        """In this process or in collector processes (cluster.collectors; see default_collectors)."""
-        cfg = self.cfg
-        k = default_collectors(cfg.cluster.collectors, self.device, os.cpu_count() or 1, cfg.run.deterministic,
-                               cfg.normalize.obs)
-        run = RankContext(cfg, str(self.run_dir), self.ranks.rank, run_id, self.state["update"], os.getpid(),
-                          str(self.device))
-        door = Door(self.ctx, address, self.curve, collector_env_base(cfg.run.seed, self.ranks.rank),
-                    self.admission)
-        return open_collection(k, run, self.spaces, self.layout, door, Serving(self.policy, self.watchdog, self.link),
-                               self._rank_targets(), [self.model, self.value_norm])
+        """In this process or in collector processes (cluster.collectors; see learner/collection/__init__.py)."""
+        cfg, rank = self.cfg, self.ranks.rank
+        run = RunOnRank(cfg, str(self.run_dir), rank, run_id, self.state["update"], os.getpid(), str(self.device))
+        gateway_setup = GatewaySetup(self.ctx, address, self.curve, collector_env_base(cfg.run.seed, rank),
+                                     self.admission)
+        return open_collection(run, self.spaces, self.layout, gateway_setup, policy=self.policy,
+                               watchdog=self.watchdog, link=self.link, rank_targets=self._rank_targets(),
+                               served=[self.model, self.value_norm])
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state

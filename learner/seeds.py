@@ -1,14 +1,14 @@
 """Every seed a run derives from `run.seed`, in one place (torch-free: the gateway imports it).
 
-| function              | feeds                                                   | where                         |
-|-----------------------|---------------------------------------------------------|-------------------------------|
-| (run.seed itself)     | torch's global seed; the env that probes the spaces     | learner/main.py, evaluation/  |
-| learner_policy_seed   | the training process's Inference (action sampling)      | learner/main.py               |
-| update_seed           | the update's torch.Generator (minibatch shuffles)       | learner/main.py               |
-| collector_policy_seed | a collector process's Inference                         | learner/collection/process.py |
-| collector_env_base    | the base a gateway derives its actors' env seeds from   | main.py, collection/process.py|
-| slot_env_seed         | one env slot's seed, sent to its actor in the Welcome   | learner/gateway/gateway.py    |
-| eval_env_seed         | the evaluation worker's env and action sampling         | learner/evaluation/worker.py  |
+| function              | feeds                                                   | where                                   |
+|-----------------------|---------------------------------------------------------|-----------------------------------------|
+| (run.seed itself)     | torch's global seed; the env that probes the spaces     | learner/main.py, evaluation/            |
+| learner_policy_seed   | the training process's Inference (action sampling)      | learner/main.py                         |
+| update_seed           | the update's torch.Generator (minibatch shuffles)       | learner/main.py                         |
+| collector_policy_seed | a collector process's Inference                         | learner/collection/processes/process.py |
+| collector_env_base    | the base a gateway derives its actors' env seeds from   | main.py, collection/processes/process.py|
+| slot_env_seed         | one env slot's seed, sent to its actor in the Welcome   | learner/gateway/gateway.py              |
+| eval_env_seed         | the evaluation worker's env and action sampling         | learner/evaluation/worker.py            |
 
 `generation` is the update a run (re)started from (0 for a new run), so a resumed run does not replay
 the random streams it had before. The formulas are those the runs have always had: changing one changes

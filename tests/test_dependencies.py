@@ -71,3 +71,12 @@ def test_the_config_takes_its_limits_from_the_protocol_not_from_the_learners_sta
     (names,) = [names for path, names in imports("learner").items() if path == "learner/config.py"]
     wrong = sorted(name for name in names if name.split(".")[:2] in (["learner", stage] for stage in STAGES))
     assert wrong == []
+
+
+def test_the_training_process_imports_collection_only_through_its_front_door():
+    """learner/main.py takes collection from learner/collection/__init__.py, never from one of its modules
+    (issue 42): what collection shows the training loop is said in one place."""
+    (names,) = [names for path, names in imports("learner").items() if path == "learner/main.py"]
+    assert "learner.collection" in names
+    wrong = sorted(name for name in names if name.startswith("learner.collection."))
+    assert wrong == []

@@ -1,5 +1,5 @@
 """What the training loop sees of collection, whichever form it takes: in the training process itself
-(learner/collection/local.py) or in K collector processes (learner/collection/pool.py)."""
+(learner/collection/local.py) or in K collector processes (learner/collection/processes/pool.py)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

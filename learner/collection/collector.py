@@ -13,17 +13,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.counters import RolloutCounters, RolloutCounts
-from learner.collection.holders import group_of, unfinished
+from learner.collection.slot_owners import group_of, unfinished
 from learner.collection.observations import Observations, episodes_of
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
-from learner.gateway.gateway import Gateway
+from learner.gateway.gateway import Incoming
 from learner.collection.inference import Inference
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
@@ -32,6 +33,20 @@ from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
 
 log = logging.getLogger("learner")
+
+
+class CollectorGateway(Protocol):
+    """What the collector asks of its gateway (learner/gateway/gateway.py's `Gateway`; a unit test's fake needs
+    no socket): the actors' messages in, actions out, who left, and the words for a wait's log line."""
+    retired: dict  # identity -> why it was retired
+
+    def poll(self, timeout_ms: int) -> list[Incoming]: ...
+    def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool: ...
+    def retire(self, entry: ActorEntry, reason: str, tell: bool = True) -> None: ...
+    def take_departed(self) -> list[ActorEntry]: ...
+    def check_liveness(self, timeout_s: float) -> None: ...
+    def describe(self, limit: int = 8) -> str: ...
+    def join_command(self, num_envs: int) -> str: ...
 
 
 @dataclass
@@ -51,7 +66,7 @@ class Waiting:
 
 @dataclass(frozen=True)
 class CollectorSettings:
-    """How a collector runs its rollouts (made from the config in learner/collection/build.py).
+    """How a collector runs its rollouts (made from the config in learner/collection/assembly.py).
     `lockstep` (deterministic runs): see the module doc; `startup_timeout_s`: 0, the first rollout waits for its
     actors for ever; `policy_lag`: the previous rollout is still being trained on while this
     one fills; `collect_only`: see the module doc."""
@@ -66,7 +81,7 @@ class CollectorSettings:
 
 
 class Collector:
-    def __init__(self, gateway: Gateway, registry: ActorRegistry, policy: Inference, layout: Layout,
+    def __init__(self, gateway: CollectorGateway, registry: ActorRegistry, policy: Inference, layout: Layout,
                  settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
                  rows_for=None):
         """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's

@@ -2,15 +2,31 @@
 inference on the learner's own thread, behind the same face as the pool of collector processes."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
+from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, assemble
 from learner.collection.collection import Collection
 from learner.collection.collector import Collector
 from learner.collection.counters import summarize
+from learner.collection.inference import Inference
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
+from learner.rollout.link import DeviceLink
 from learner.gateway.placement import RankBalancer
+from learner.stalls import Watchdog
+
+
+def open_in_process(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, policy: Inference,
+                    watchdog: Watchdog | None, link: DeviceLink, rank_targets: tuple | None) -> LocalCollection:
+    """Collection on this process's thread, computing actions with `policy`; `rank_targets`: rank 0's of several
+    ranks, for its RankBalancer (the gateway redirects joiners with it)."""
+    gateway_setup = dataclasses.replace(gateway_setup, redirect_for=lambda registry: (
+        RankBalancer(registry.num_slots, *rank_targets) if rank_targets else None))
+    parts = assemble(run, spaces, layout, gateway_setup, policy, watchdog, link, in_process=True)
+    return LocalCollection(parts.gateway, parts.registry, parts.collector, parts.redirect)
 
 
 class LocalCollection(Collection):

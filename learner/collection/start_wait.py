@@ -1,5 +1,5 @@
 """The wait before a rollout starts, for its env slots: the same in the training process's collector
-(learner/collection/collector.py) and in the pool of collector processes (learner/collection/pool.py), which
+(learner/collection/collector.py) and in the pool of collector processes (learner/collection/processes/pool.py), which
 differ only in how they count the ready slots, listen meanwhile and say where the wait stands."""
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The pool's choice that needs no process: how many collectors by default."""
+"""The pool's choices that need no process: how many collectors by default, and where the collector processes
+after the first bind."""
 import torch
 
-from learner.collection.pool import default_collectors
+from learner.collection.processes.pool import collector_address, default_collectors
 
 
 def test_default_collectors_follow_the_device_and_cores():
@@ -13,3 +14,10 @@ def test_default_collectors_follow_the_device_and_cores():
     assert default_collectors(0, cuda, 96, True, False) == 1  # deterministic: one process
     assert default_collectors(0, cuda, 96, False, True) == 1  # normalize.obs: one set of statistics
     assert default_collectors(3, cpu, 2, False, False) == 3   # asked for: given
+
+
+def test_other_collectors_bind_a_free_port_of_the_first_ones_host_or_an_ipc_path_beside_it():
+    assert collector_address("tcp://10.0.0.5:5555", 2) == "tcp://10.0.0.5:0"
+    assert collector_address("tcp://[::1]:5555", 1) == "tcp://[::1]:0"
+    first = "ipc:///tmp/ppo-cluster-x/learner.sock"
+    assert collector_address(first, 3) == f"{first}-collector-3"

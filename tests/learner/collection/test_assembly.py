@@ -1,14 +1,14 @@
-"""Collection is assembled in one place (learner/collection/build.py), and the training loop sees one interface."""
+"""Collection is assembled in one place (learner/collection/assembly.py), and the training loop sees one interface."""
 import ast
 from pathlib import Path
 
 import pytest
 import torch
 
-from learner.collection.build import collector_settings
+from learner.collection.assembly import collector_settings
 from learner.collection.collection import Collection
 from learner.collection.local import LocalCollection
-from learner.collection.pool import CollectorPool
+from learner.collection.processes.pool import CollectorPool
 from learner.config import from_dict
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,7 +26,7 @@ def calls_of(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", ["Collector", "Gateway"])
 def test_a_collections_parts_are_made_in_one_module(name):
-    assert calls_of(name) == ["learner/collection/build.py"]
+    assert calls_of(name) == ["learner/collection/assembly.py"]
 
 
 def test_the_training_loop_does_not_know_which_form_it_has():

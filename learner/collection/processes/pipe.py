@@ -1,5 +1,5 @@
-"""The messages on the pipe between the training process (learner/collection/pool.py) and each collector
-process (learner/collection/process.py). Each side checks what it receives with `check`: anything else is one
+"""The messages on the pipe between the training process (learner/collection/processes/pool.py) and each collector
+process (learner/collection/processes/process.py). Each side checks what it receives with `check`: anything else is one
 clear error naming what came and what was expected.
 
     to a collector                  Know       collector 0 only: where it may redirect joiners
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import dataclass_transform
 
 from learner.collection.counters import RolloutCounts
-from learner.collection.shard import Shard
+from learner.collection.processes.shard import Shard
 
 
 class PipeError(Exception):

@@ -17,15 +17,16 @@ from multiprocessing.connection import wait
 import torch
 
 from learner.stalls import Stalled
-from learner.collection.build import has_policy_lag
+from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.counters import summarize
-from learner.collection.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
-from learner.collection.process import BEAT, BOARD_COLUMNS, READY, CollectorSpec, collector_main
-from learner.collection.shard import Shard, SharedRows, merge_shards
+from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
+from learner.collection.processes.process import BEAT, BOARD_COLUMNS, READY, CollectorRole, CollectorSpec, collector_main
+from learner.collection.processes.shard import Shard, SharedRows, merge_shards
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.gateway.gateway import join_command
 from learner.gateway.placement import advertised_address
@@ -53,6 +54,24 @@ def default_collectors(requested: int, device: torch.device, cores: int, determi
     if deterministic or normalize_obs or device.type == "cpu":
         return 1
     return max(1, min(4, cores // 8))
+
+
+def collector_address(address: str, index: int) -> str:
+    """Where collector `index` > 0 binds: a free port of collector 0's host, or an ipc path beside its own."""
+    if address.startswith("ipc://"):
+        return f"{address}-collector-{index}"
+    return f"{address.rpartition(':')[0]}:0"
+
+
+def start_collector_processes(k: int, run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup,
+                              link: DeviceLink, watchdog, rank_targets: tuple | None, served: list) -> CollectorPool:
+    """K collector processes, collector 0 at gateway_setup.address, the others on free ports of the same host,
+    serving the `served` modules (published after each update); `rank_targets`: rank 0's of several ranks."""
+    specs = [CollectorSpec(run, spaces, layout, CollectorRole(
+        i, k, gateway_setup.address if i == 0 else collector_address(gateway_setup.address, i),
+        rank_targets if i == 0 else None, gateway_setup.admission.split(k))) for i in range(k)]
+    return CollectorPool(specs, SharedWeights(served), served, run.cfg.ppo.num_steps, link, watchdog,
+                         run.cfg.cluster.advertise_host)
 
 
 class CollectorPool(Collection):

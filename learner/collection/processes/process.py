@@ -1,7 +1,7 @@
 """One collector process of K (`cluster.collectors`): its own socket and share of the actors, receiving,
 validating, stacking and batched inference on the learner's device, its columns of each rollout in shared
-memory. The training process (learner/collection/pool.py) drives it over a pipe, with the messages of
-learner/collection/pipe.py: it answers Ready once bound, Width when a rollout starts (and hears Rows: where its
+memory. The training process (learner/collection/processes/pool.py) drives it over a pipe, with the messages of
+learner/collection/processes/pipe.py: it answers Ready once bound, Width when a rollout starts (and hears Rows: where its
 columns go), Done with its Shard, Stopped when told to stop mid-rollout, or Failed before exiting 1. Between
 rollouts it keeps pumping its socket (joiners, goodbyes, liveness) and posts on the shared board how many env
 slots it has ready and live.
@@ -19,12 +19,12 @@ import numpy as np
 import torch
 import zmq
 
-from learner.collection.build import Door, RankContext, Serving, Spaces, assemble
+from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, assemble
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.registry import ActorRegistry
 from learner.collection.inference import Inference
-from learner.collection.pipe import Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Width, PipeError, check
-from learner.collection.shard import Shard
+from learner.collection.processes.pipe import Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Width, PipeError, check
+from learner.collection.processes.shard import Shard
 from learner.gateway.placement import RankBalancer, joiner_rank
 from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
@@ -59,7 +59,7 @@ class CollectorRole:
 @dataclass(frozen=True)
 class CollectorSpec:
     """Everything a collector process builds itself from (picklable: it crosses a spawn)."""
-    run: RankContext
+    run: RunOnRank
     spaces: Spaces
     layout: Layout
     role: CollectorRole
@@ -174,11 +174,12 @@ class CollectorProcess:
         self.watchdog = BeatingWatchdog(Path(run.run_dir) / log_name(run.rank),
                                         max(cfg.run.watchdog_s, 2 * cfg.cluster.collective_timeout_s), board, role.index)
         self.balancer = self.rank_balancer = None
-        door = Door(self.ctx, role.address, self.curve, collector_env_base(cfg.run.seed, run.rank, role.index),
-                    role.admission, redirect_for=self._redirect_for,
-                    wake=conn.fileno())  # a command ends the idle pump's wait at once
-        serving = Serving(policy, self.watchdog, policy.link, self._rows_for if spec.shared_rows else None)
-        parts = assemble(run, spec.spaces, spec.layout, door, serving, in_process=False)
+        gateway_setup = GatewaySetup(self.ctx, role.address, self.curve,
+                                     collector_env_base(cfg.run.seed, run.rank, role.index), role.admission,
+                                     redirect_for=self._redirect_for,
+                                     wake=conn.fileno())  # a command ends the idle pump's wait at once
+        parts = assemble(run, spec.spaces, spec.layout, gateway_setup, policy, self.watchdog, policy.link,
+                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None)
         self.registry, self.gateway, self.collector = parts.registry, parts.gateway, parts.collector
         self.posted = None  # the registry's (actors joined so far, connected) when the board last heard
 

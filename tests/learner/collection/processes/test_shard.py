@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from learner.advantages.batch import rollout_to_batch
-from learner.collection.shard import Shard, SharedRows, merge_shards, merged_slot
+from learner.collection.processes.shard import Shard, SharedRows, merge_shards, merged_slot
 from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout

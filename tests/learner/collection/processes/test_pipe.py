@@ -6,10 +6,10 @@ import os
 import pytest
 import torch
 
-from learner.collection.build import RankContext, Spaces
-from learner.collection.pipe import (FROM_COLLECTOR, TO_COLLECTOR, Close, Collect, Done, Failed, Know, PipeError,
+from learner.collection.assembly import RunOnRank, Spaces
+from learner.collection.processes.pipe import (FROM_COLLECTOR, TO_COLLECTOR, Close, Collect, Done, Failed, Know, PipeError,
                                      Ready, Rows, Width, check, describe_failure)
-from learner.collection.process import BOARD_COLUMNS, CollectorRole, CollectorSpec, collector_main
+from learner.collection.processes.process import BOARD_COLUMNS, CollectorRole, CollectorSpec, collector_main
 from learner.config import from_dict
 from learner.main import probe_spaces
 from learner.model.networks import build_model
@@ -50,7 +50,7 @@ def test_a_collector_process_told_something_unknown_says_so_in_one_line_and_exit
     """A real collector process, spawned as the pool does, sent the bare tuple the pipe spoke before."""
     cfg = from_dict({"env": {"env_id": "CartPole-v1"}, "ppo": {"num_steps": 8}})
     obs, act = probe_spaces(cfg.env, 0)
-    spec = CollectorSpec(RankContext(cfg, str(tmp_path), 0, "run", 0, os.getpid(), "cpu"),
+    spec = CollectorSpec(RunOnRank(cfg, str(tmp_path), 0, "run", 0, os.getpid(), "cpu"),
                          Spaces(cfg.env, obs, obs, act, 1), Layout.of(obs, act), CollectorRole(0, 1, "tcp://127.0.0.1:0"))
     served = [build_model(obs, act, cfg.model), None]
     board = torch.zeros(1, BOARD_COLUMNS, dtype=torch.int64).share_memory_()

@@ -1,10 +1,10 @@
-"""Who holds an env slot, and where each unfinished column of a rollout stands (learner/collection/holders.py):
+"""Who holds an env slot, and where each unfinished column of a rollout stands (learner/collection/slot_owners.py):
 what a stalled rollout's one line names."""
 from __future__ import annotations
 
 import torch
 
-from learner.collection.holders import actor_of, group_of, unfinished
+from learner.collection.slot_owners import actor_of, group_of, unfinished
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout

@@ -1,7 +1,10 @@
 """The one place a collection's parts are assembled from the config: the registry of connected actors, the
 gateway they talk to and the collector that fills rollouts with their steps. The training process does it
 once (`cluster.collectors = 1`, learner/collection/local.py) and each collector process does it for its own
-share (learner/collection/process.py); what differs between the two is said by `in_process`.
+share (learner/collection/processes/process.py); what differs between the two is said by `in_process`.
+
+The records a caller describes a collection with: `Spaces` (the env's), `RunOnRank` (the run as one learner
+rank sees it) and `GatewaySetup` (where and how the gateway listens for actors, and whom it admits).
 """
 from __future__ import annotations
 
@@ -35,8 +38,9 @@ class Spaces:
 
 
 @dataclass(frozen=True)
-class RankContext:
-    """What every collection of one learner rank shares (picklable: it crosses a spawn)."""
+class RunOnRank:
+    """The run as one learner rank's training process sees it, shared by every collection of that rank
+    (picklable: it crosses a spawn)."""
     cfg: Config
     run_dir: str
     rank: int
@@ -47,8 +51,9 @@ class RankContext:
 
 
 @dataclass(frozen=True)
-class Door:
-    """Where and how a gateway listens for actors."""
+class GatewaySetup:
+    """Where and how a collection's gateway listens for actors, the env seeds it hands them, whom it admits
+    and where it redirects joiners."""
     ctx: zmq.Context
     address: str                 # where to bind (port 0: any free one)
     curve: object | None         # protocol.security.ServerKeys, or None
@@ -59,20 +64,12 @@ class Door:
 
 
 @dataclass(frozen=True)
-class Serving:
-    """What the collector computes actions with and reports to."""
-    policy: Inference
-    watchdog: Watchdog | None
-    link: DeviceLink
-    rows_for: Callable[[int], dict] | None = None  # a collector process: its columns of the shared rollout
-
-
-@dataclass(frozen=True)
-class Parts:
+class CollectionParts:
+    """What `assemble` made: the registry, the gateway, the collector and the gateway's redirect."""
     registry: ActorRegistry
     gateway: Gateway
     collector: Collector
-    redirect: Callable[[int], str | None] | None  # what door.redirect_for made
+    redirect: Callable[[int], str | None] | None  # what gateway_setup.redirect_for made
 
 
 def has_policy_lag(cfg: Config) -> bool:
@@ -91,17 +88,20 @@ def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_p
         collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
 
-def assemble(run: RankContext, spaces: Spaces, layout: Layout, door: Door, serving: Serving,
-             in_process: bool) -> Parts:
-    """Registry, gateway and collector of one collection (the training process's, or a collector process's)."""
-    c = run.cfg.cluster
-    registry = ActorRegistry(admission=door.admission)  # the gateway admits actors, the collector serves them
-    redirect = door.redirect_for(registry)
-    offer = Offer(spaces.actor_env, spaces.actor_obs_space, spaces.action_space, door.env_seed, run.generation,
+def assemble(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, policy: Inference,
+             watchdog: Watchdog | None, link: DeviceLink, in_process: bool,
+             rows_for: Callable[[int], dict] | None = None) -> CollectionParts:
+    """Registry, gateway and collector of one collection (the training process's, or a collector process's):
+    the collector computes actions with `policy`, pets `watchdog`, copies through `link`; `rows_for`: a
+    collector process's columns of the training process's shared rollout."""
+    c, setup = run.cfg.cluster, gateway_setup
+    registry = ActorRegistry(admission=setup.admission)  # the gateway admits actors, the collector serves them
+    redirect = setup.redirect_for(registry)
+    offer = Offer(spaces.actor_env, spaces.actor_obs_space, spaces.action_space, setup.env_seed, run.generation,
                   run.run_id, c.codec)
-    listen = Listen(door.ctx, door.address, c.max_message_mb << 20, door.curve, door.wake)
+    listen = Listen(setup.ctx, setup.address, c.max_message_mb << 20, setup.curve, setup.wake)
     gateway = Gateway(listen, offer, registry=registry, redirect=redirect)
     settings = collector_settings(run.cfg, torch.device(run.device), spaces.frame_stack, in_process)
-    collector = Collector(gateway, registry, serving.policy, layout, settings, watchdog=serving.watchdog,
-                          link=serving.link, rows_for=serving.rows_for)
-    return Parts(registry, gateway, collector, redirect)
+    collector = Collector(gateway, registry, policy, layout, settings, watchdog=watchdog, link=link,
+                          rows_for=rows_for)
+    return CollectionParts(registry, gateway, collector, redirect)
