@@ -52,7 +52,7 @@ from learner import config_docs
 from learner.config import (Config, ConfigError, Device, check_resume, field_docs, from_dict, load, to_toml,
                             with_topology)
 from learner.restarts import DiskSpace, RestartPolicy, Verdict, cause, last_update
-from learner.rundir import RunDirHeld, RunLock, default_name, refuse_if_held
+from learner.rundir import RUN_UMASK, RunDirHeld, RunLock, default_name, make_private, refuse_if_held
 from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("launch")
@@ -581,6 +581,7 @@ class Cluster:
 
 
 def main(argv=None) -> int:
+    os.umask(RUN_UMASK)  # what this run and its children create is this user's only (docs/reliability.md)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [launch] %(levelname)s %(message)s", datefmt="%H:%M:%S")
     stops = StopRequests()  # first: a Ctrl-C from here on stops in order
     args = build_parser().parse_args(argv)
@@ -628,7 +629,8 @@ def take_run_dir(run_dir: Path, cfg: Config) -> tuple[RunLock, bool, bytes | Non
     directory was created, and the config.toml it held before (restored if the learner refuses a resume)."""
     created = not run_dir.exists()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if make_private(run_dir):
+            log.info("run directory %s was open to other users: now 0700 (this user only)", run_dir)
         lock = RunLock(run_dir, lock_rank())
     except OSError as exc:
         raise WriteFailed(f"cannot use {run_dir}: {exc.strerror or exc}") from None

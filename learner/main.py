@@ -20,7 +20,7 @@ import torch
 import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
-from learner.rundir import RunDirHeld, RunLock
+from learner.rundir import RunDirHeld, RunLock, make_private
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.admission import Admission, check_run_fits
@@ -52,7 +52,7 @@ from protocol.security import ServerKeys
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
 from protocol.processes import parent_alive
-from protocol.transport import local_address
+from protocol.transport import local_addresses
 
 log = logging.getLogger("learner")
 PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
@@ -168,7 +168,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
     nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
         lock = None if parent_pid else RunLock(run_dir, env_rank())
     except RunDirHeld as exc:
@@ -289,8 +289,8 @@ class Learner:
                 self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
                 self.curve.start_authenticator(self.ctx)
         run_id = uuid.uuid4().hex[:12]
-        address, weights_address = (rank_address(local_address(a), ranks.rank)
-                                    for a in (cfg.cluster.address, cfg.cluster.weights_address))
+        address, weights_address = (rank_address(a, ranks.rank)  # 'local': one private directory for both
+                                    for a in local_addresses(cfg.cluster.address, cfg.cluster.weights_address))
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
             self.collection = self._open_collection(address, run_id)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
