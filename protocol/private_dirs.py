@@ -17,6 +17,7 @@ import tempfile
 PREFIX = "ppo-cluster-"
 PID_FILE = "pid"
 UNIX_PATH_MAX = 100  # bytes a Unix socket path may have (108 on Linux, 104 on macOS, with room for suffixes)
+_made: list[tuple[int, str]] = []  # (pid, directory) of this process's (a forked child inherits its parent's)
 
 
 def private_dir() -> str:
@@ -33,10 +34,19 @@ def private_dir() -> str:
         path = tempfile.mkdtemp(prefix=PREFIX, dir="/tmp")
     os.chmod(path, stat.S_IRWXU)  # mkdtemp's mode already; said again so a umask or a port cannot widen it
     _write_pid(path)
+    _made.append((os.getpid(), path))
     # removed at exit, also from a fork-started multiprocessing child, which ends with os._exit: atexit handlers
     # do not run there, multiprocessing's finalizers do (and run from atexit in any other process)
     multiprocessing.util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
     return path
+
+
+def remove_mine() -> None:
+    """Remove the private directories this process made, now: for a process that ends with os._exit outside
+    multiprocessing (the learner's exit_process), where no finalizer runs."""
+    for pid, path in _made:
+        if pid == os.getpid():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_stale(base: str) -> list[str]:

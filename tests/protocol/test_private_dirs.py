@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from protocol.private_dirs import PID_FILE, PREFIX, private_dir, remove_stale
+from protocol.private_dirs import PID_FILE, PREFIX, private_dir, remove_mine, remove_stale
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="no private socket directories on Windows")
 
@@ -58,3 +58,10 @@ def test_a_private_directory_is_0700_and_names_its_process():
     with open(os.path.join(path, PID_FILE)) as f:
         assert f.read() == f"{os.getpid()}\n"
     assert stat.S_IMODE(os.stat(os.path.join(path, PID_FILE)).st_mode) == 0o600
+
+
+def test_a_process_that_ends_with_os_exit_removes_its_own_directories_first():
+    """The learner ends with os._exit (report.metrics.exit_process): no finalizer removes its directory there."""
+    path = private_dir()
+    remove_mine()
+    assert not os.path.exists(path)
