@@ -28,7 +28,7 @@ from launcher.stops import StopRequests
 from learner import config_docs
 from learner.config import Config, ConfigError, Device, check_resume, field_docs, load, with_topology
 from learner.lifecycle.process import EXIT_REFUSED
-from learner.lifecycle.rundir import RunDirHeld, refuse_if_held
+from learner.lifecycle.rundir import RUN_UMASK, RunDirHeld, refuse_if_held
 from protocol.files import WriteFailed
 
 log = logging.getLogger("launch")
@@ -118,6 +118,7 @@ def check_groups(cfg: Config, groups: int) -> None:
 
 def main(argv=None, early_signals: list[int] = ()) -> int:
     """early_signals: Ctrl-C or SIGTERM that launch.py's first handler took while the imports ran."""
+    os.umask(RUN_UMASK)  # what this run and its children create is this user's only (docs/reliability.md)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [launch] %(levelname)s %(message)s", datefmt="%H:%M:%S")
     stops = StopRequests(early_signals)  # first: a Ctrl-C from here on stops in order
     args = build_parser().parse_args(argv)

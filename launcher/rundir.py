@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launcher.job import external_job, lock_rank
 from learner.config import Config, ConfigError, to_toml
-from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name
+from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, make_private
 from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("launch")
@@ -50,7 +50,8 @@ def take_run_dir(run_dir: Path, cfg: Config) -> tuple[RunLock, bool, bytes | Non
     directory was created, and the config.toml it held before (restored if the learner refuses a resume)."""
     created = not run_dir.exists()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if make_private(run_dir):
+            log.info("run directory %s was open to other users: now 0700 (this user only)", run_dir)
         lock = RunLock(run_dir, lock_rank())
     except OSError as exc:
         raise WriteFailed(f"cannot use {run_dir}: {exc.strerror or exc}") from None

@@ -90,8 +90,8 @@ class ClusterConfig(BaseModel):
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "local"
     """where the learner binds its request socket: 'local' (this user on this machine only: a Unix socket in a private 0700 directory, cheaper than TCP; see docs/reliability.md), or tcp:// or ipc://; port 0 picks a free one (the address bound is in RUN_DIR/endpoints.json); set a tcp one for actors that join from elsewhere"""
-    weights_address: str = "tcp://127.0.0.1:0"
-    """where the learner publishes weights; port 0 picks a free one"""
+    weights_address: str = "local"
+    """where the learner publishes weights (to its eval worker): 'local' (this user on this machine only: a Unix socket beside the request socket's, in the same private 0700 directory; see docs/reliability.md), or tcp:// or ipc://; port 0 picks a free one; a tcp one beyond loopback needs CURVE keys, as cluster.address does"""
     advertise_host: str = ""
     """the host name or IP address actors reach this learner at, in redirects and endpoints.json ('': the bound host; this node's host name when bound to every interface)"""
     min_envs: Slots = 0
@@ -425,14 +425,14 @@ def _check_topology(cfg: Config) -> None:
 def _check_addresses(c: ClusterConfig) -> None:
     _require(c.address == LOCAL or c.address.startswith(("tcp://", "ipc://")),
              f"cluster.address must be '{LOCAL}' or start with tcp:// or ipc://, got {c.address!r}")
-    _require(c.weights_address.startswith(("tcp://", "ipc://")),
-             f"cluster.weights_address must start with tcp:// or ipc://, got {c.weights_address!r}")
+    _require(c.weights_address == LOCAL or c.weights_address.startswith(("tcp://", "ipc://")),
+             f"cluster.weights_address must be '{LOCAL}' or start with tcp:// or ipc://, got {c.weights_address!r}")
     for key in ("address", "weights_address"):
         _check_port(f"cluster.{key}", getattr(c, key))
     _require(c.advertise_host == "" or _is_host(c.advertise_host),
              f"cluster.advertise_host must be a host name or an IP address other actors can reach (not a wildcard "
              f"such as 0.0.0.0), got {c.advertise_host!r}")
-    _require(c.address != c.weights_address or c.address.endswith(":0"),
+    _require(c.address != c.weights_address or c.address == LOCAL or c.address.endswith(":0"),
              "cluster.address and cluster.weights_address must differ")
     _require(bool(c.server_key) == bool(c.allowed_keys), "cluster.server_key and cluster.allowed_keys go together")
     _require(not c.client_key or bool(c.server_key), "cluster.client_key needs cluster.server_key")

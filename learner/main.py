@@ -19,7 +19,7 @@ import zmq
 
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
-from learner.lifecycle.rundir import RunDirHeld, RunLock
+from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
@@ -47,7 +47,7 @@ from actor.envs import describe_spaces, make_env
 from protocol.security import ServerKeys
 from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
-from protocol.transport import local_address
+from protocol.transport import local_addresses
 
 log = logging.getLogger("learner")
 
@@ -123,7 +123,7 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
     nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
         lock = None if parent_pid else RunLock(run_dir, env_rank())
     except RunDirHeld as exc:
@@ -244,8 +244,8 @@ class Learner:
                 self.curve = ServerKeys.load(cfg.cluster.server_key, cfg.cluster.allowed_keys)
                 self.curve.start_authenticator(self.ctx)
         run_id = uuid.uuid4().hex[:12]
-        address, weights_address = (rank_address(local_address(a), ranks.rank)
-                                    for a in (cfg.cluster.address, cfg.cluster.weights_address))
+        address, weights_address = (rank_address(a, ranks.rank)  # 'local': one private directory for both
+                                    for a in local_addresses(cfg.cluster.address, cfg.cluster.weights_address))
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
             self.collection = self._open_collection(address, run_id)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):

@@ -8,7 +8,7 @@ Torch-free and numpy-free: launch.py, the learner, the actors' key tool and the 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Callable, IO
 
@@ -18,7 +18,8 @@ class WriteFailed(OSError):
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str, mode: int | None = None) -> Path:
-    """Write `data` (str: UTF-8) to `path` atomically; `mode`: exact permission bits (else umask's default)."""
+    """Write `data` (str: UTF-8) to `path` atomically; `mode`: exact permission bits (else 0666 less the umask
+    at the time of the call, as open() makes them: 0600 in a run, whose launcher sets the umask 077)."""
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     return atomic_write_with(path, lambda f: f.write(payload), mode)
 
@@ -28,9 +29,10 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[IO[bytes]], obje
     path = Path(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _create_temp(path, 0o600 if mode is not None else 0o666)
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode if mode is not None else 0o666 & ~_UMASK)
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -50,6 +52,17 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[IO[bytes]], obje
     return path
 
 
+def _create_temp(path: Path, mode: int) -> tuple[int, str]:
+    """A new file beside `path` (as tempfile.mkstemp names it), made with `mode` less the current umask (the
+    kernel applies it; mkstemp's fixed 0600 would need the umask read, which os.umask can only do by setting it)."""
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode), tmp
+        except FileExistsError:
+            continue
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
     """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
     try:
@@ -67,13 +80,3 @@ def fsync_dir(path: str | os.PathLike) -> None:
 def is_temp(name: str) -> bool:
     """A temp file atomic_write leaves only if its process was killed mid-write (safe to delete then)."""
     return name.startswith(".") and name.endswith(".tmp")
-
-
-def _read_umask() -> int:
-    """The process's umask, read once at import (os.umask can only read it by setting it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()

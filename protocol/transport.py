@@ -4,18 +4,14 @@ The learner binds (it is always there); actors and weight subscribers connect (t
 """
 from __future__ import annotations
 
-import multiprocessing.util
-import os
-import shutil
-import stat
 import sys
-import tempfile
 
 import zmq
 
+from protocol.private_dirs import private_dir
+
 LINGER_MS = 0  # never let close() hang on a peer that went away
 LOCAL = "local"  # the learner's default address: reachable by this user on this machine only
-UNIX_PATH_MAX = 100  # bytes a Unix socket path may have (108 on Linux, 104 on macOS, with room for suffixes)
 
 
 def local_address(address: str) -> str:
@@ -29,28 +25,23 @@ def local_address(address: str) -> str:
     connection's peer credentials (SO_PEERCRED), and libzmq's own check (ZMQ_IPC_FILTER_UID) is deprecated and
     build-dependent; the directory's permission needs nothing from ZeroMQ. A Unix socket also costs the learner about 1 us less CPU per env step than TCP over
     loopback (benchmarks/learner_cpu_real_actors.py)."""
-    if address != LOCAL:
-        return address
+    return local_addresses(address)[0]
+
+
+def local_addresses(*addresses: str) -> tuple[str, ...]:
+    """Several addresses of one process (the learner's requests, then its weights) as local_address makes
+    them, each `local` one a socket file in one private directory: learner.sock, weights.sock, then
+    socket-N.sock."""
+    if LOCAL not in addresses:
+        return addresses
     if sys.platform == "win32":
-        return "tcp://127.0.0.1:0"
-    return f"ipc://{private_dir()}/learner.sock"
+        return tuple("tcp://127.0.0.1:0" if a == LOCAL else a for a in addresses)
+    folder = private_dir()
+    return tuple(f"ipc://{folder}/{_socket_name(i)}" if a == LOCAL else a for i, a in enumerate(addresses))
 
 
-def private_dir() -> str:
-    """A new directory only this user may enter (mkdtemp makes it 0700), removed when this process exits (not
-    after a kill -9: an empty 0700 directory, or one with a dead socket file, is left in the temporary directory)."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or None
-    if base is not None and (not os.path.isdir(base) or len(base) > UNIX_PATH_MAX - 60):
-        base = None
-    path = tempfile.mkdtemp(prefix="ppo-cluster-", dir=base)
-    if len(path) > UNIX_PATH_MAX - 40:  # a long $TMPDIR: the socket path would not fit
-        os.rmdir(path)
-        path = tempfile.mkdtemp(prefix="ppo-cluster-", dir="/tmp")
-    os.chmod(path, stat.S_IRWXU)  # mkdtemp's mode already; said again so a umask or a port cannot widen it
-    # removed at exit, also from a fork-started multiprocessing child, which ends with os._exit: atexit handlers
-    # do not run there, multiprocessing's finalizers do (and run from atexit in any other process)
-    multiprocessing.util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
-    return path
+def _socket_name(i: int) -> str:
+    return ("learner.sock", "weights.sock")[i] if i < 2 else f"socket-{i}.sock"
 
 
 def _tune(sock: zmq.Socket, max_bytes: int, hwm: int) -> zmq.Socket:

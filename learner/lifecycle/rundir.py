@@ -4,6 +4,9 @@ RUN_DIR/lock is locked (fcntl.flock, exclusive) by the process that owns the run
 started on its own, from before it writes anything there until it exits; the kernel drops the lock when
 that process dies however it dies, so a stale lock never blocks a --resume. The file records the holder's
 pid, which a refused second run names. Torch-free: launch.py checks before any heavy import.
+
+A run directory is private (issue 43): mode 0700 whatever the umask, so no other local user may read or
+write anything in it; make_private creates it so, or narrows an existing one (made by an older version).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import time
 from pathlib import Path
 
 LOCK = "lock"
+PRIVATE = 0o700  # this user only
+RUN_UMASK = 0o077  # what the processes of a run create: files 0600, directories 0700 (launch.py sets it)
 
 
 class RunDirHeld(RuntimeError):
@@ -27,6 +32,17 @@ def default_name(env_id: str, now: float | None = None) -> str:
     env = re.sub(r"[^A-Za-z0-9]+", "-", env_id.split("/")[-1]).strip("-").lower() or "run"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     return f"{env}-{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def make_private(run_dir: Path) -> bool:
+    """Create run_dir (and its parents, as mkdir -p) or keep it, then give it mode 0700 whatever the umask.
+    True when an existing directory was open to other users before."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(mode=PRIVATE, parents=True, exist_ok=True)  # mkdir's mode passes through the umask: chmod too
+    was_open = bool(os.stat(run_dir).st_mode & 0o077)
+    if was_open:
+        os.chmod(run_dir, PRIVATE)
+    return was_open
 
 
 def lock_name(rank: int = 0) -> str:
@@ -60,7 +76,7 @@ class RunLock:
 
     def __init__(self, run_dir: Path, rank: int = 0):
         self.path = Path(run_dir) / lock_name(rank)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children (O_CLOEXEC)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (O_CLOEXEC)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

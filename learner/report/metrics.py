@@ -18,6 +18,7 @@ from pathlib import Path
 from learner.report.progress import ProgressBar
 from learner.report.sinks import build_sinks
 from protocol.files import WriteFailed, atomic_write
+from protocol.private_dirs import remove_mine
 
 log = logging.getLogger("learner")
 
@@ -57,7 +58,9 @@ def _thread_failed(args) -> None:
 def exit_process(code: int) -> None:
     """End a learner or collector process once it has closed what it opened: logs and consoles flushed, then
     os._exit. Skipping the interpreter's own teardown (torch's and every module's finalizers, seconds on a
-    busy machine, measured ~2 s per process on 2 shared cores) lets a failed run end within its 3 s."""
+    busy machine, measured ~2 s per process on 2 shared cores) lets a failed run end within its 3 s. The private
+    socket directory goes first: its finalizer would not run."""
+    remove_mine()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -34,6 +34,14 @@ def test_every_shipped_config_loads_and_validates(path):
     assert cfg.num_envs >= 1
 
 
+def test_both_channels_are_local_by_default_and_may_both_be():
+    """Issue 43: the weights went out on tcp://127.0.0.1:0, where any local user could subscribe."""
+    assert (Config().cluster.address, Config().cluster.weights_address) == ("local", "local")
+    for path in sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.toml")):
+        assert load(path).cluster.weights_address == "local", path.name
+    assert from_dict({"cluster": {"weights_address": "tcp://127.0.0.1:0"}}).cluster.weights_address.startswith("tcp")
+
+
 def test_the_fast_recipes_say_what_they_are():
     root = Path(__file__).resolve().parents[2] / "configs"
     pong, breakout = load(root / "pong-fast.toml"), load(root / "breakout-fast.toml")

@@ -49,7 +49,7 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["cluster.learners=2", "normalize.reward=true"], ["normalize.reward", "cluster.learners = 2"]),
     # [cluster] addresses (issue 32: a weights port of 99999 was silently changed)
     (["cluster.address='udp://x'"], ["cluster.address", "tcp://", "udp://x"]),
-    (["cluster.weights_address='local'"], ["cluster.weights_address", "tcp://", "local"]),
+    (["cluster.weights_address='udp://x'"], ["cluster.weights_address", "tcp://", "udp://x"]),
     (["cluster.weights_address='tcp://127.0.0.1:99999'"], ["cluster.weights_address", "[0, 65535]", "99999"]),
     (["cluster.address='tcp://127.0.0.1:-5'"], ["cluster.address", "[0, 65535]", "-5"]),
     (["cluster.address='tcp://127.0.0.1'"], ["cluster.address", "HOST:PORT", "tcp://127.0.0.1"]),

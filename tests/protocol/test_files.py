@@ -21,6 +21,17 @@ def test_writes_and_replaces_whole_files(tmp_path):
     assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o640  # exactly the bits asked for
 
 
+def test_the_default_mode_follows_the_umask_at_the_time_of_the_write(tmp_path):
+    """Issue 43: launch.py sets the umask 077 after protocol.files is imported; a umask read once at import
+    made every run file 0644 all the same."""
+    old = os.umask(0o077)
+    try:
+        atomic_write(tmp_path / "metrics.jsonl", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "metrics.jsonl").stat().st_mode & 0o777 == 0o600
+
+
 def test_a_failing_writer_leaves_the_old_file_and_no_temp(tmp_path):
     target = tmp_path / "config.toml"
     target.write_text("old")

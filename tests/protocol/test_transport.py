@@ -8,7 +8,7 @@ import tempfile
 import pytest
 import zmq
 
-from protocol.transport import LOCAL, bind_router, connect_dealer, local_address
+from protocol.transport import LOCAL, bind_router, connect_dealer, local_address, local_addresses
 
 
 def test_addresses_other_than_local_are_kept_as_they_are():
@@ -107,3 +107,21 @@ def test_the_private_directory_is_removed_when_a_multiprocessing_child_exits():
     folder = queue.get(timeout=60)
     child.join(60)
     assert child.exitcode == 0 and folder and not os.path.exists(folder)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows has no Unix sockets: 'local' is a loopback TCP port")
+def test_local_request_and_weights_addresses_are_two_sockets_in_one_private_directory():
+    """Issue 43: the weights went out on tcp://127.0.0.1:PORT, where any local user could subscribe."""
+    requests, weights = local_addresses(LOCAL, LOCAL)
+    assert requests.startswith("ipc:///") and requests.endswith("/learner.sock")
+    assert weights.startswith("ipc:///") and weights.endswith("/weights.sock")
+    folder = os.path.dirname(_unix_path(requests))
+    assert os.path.dirname(_unix_path(weights)) == folder
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and os.stat(folder).st_uid == os.getuid()
+
+
+def test_only_the_local_ones_of_several_addresses_are_made_private():
+    assert local_addresses("tcp://10.0.0.5:5555", "tcp://10.0.0.5:5556") == ("tcp://10.0.0.5:5555",
+                                                                             "tcp://10.0.0.5:5556")
+    requests, weights = local_addresses("tcp://*:5555", LOCAL)
+    assert requests == "tcp://*:5555" and weights.startswith(("ipc:///", "tcp://127.0.0.1:"))

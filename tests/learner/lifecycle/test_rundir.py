@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 
 import pytest
 
-from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, holder, refuse_if_held
+from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, holder, make_private, refuse_if_held
 
 
 def test_default_names_of_runs_started_in_the_same_second_differ():
@@ -48,3 +49,26 @@ def test_a_learner_run_on_its_own_takes_the_lock_and_is_refused_on_a_held_direct
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"in use by another run (pid {os.getpid()})" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lock"]
+
+
+def test_a_run_directory_is_made_private_whatever_the_umask(tmp_path):
+    """Issue 43: nothing of a run may be readable by another local user."""
+    old = os.umask(0)
+    try:
+        assert make_private(tmp_path / "runs" / "new") is False
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "runs" / "new").stat().st_mode) == 0o700
+
+
+def test_an_open_run_directory_is_narrowed_and_says_so(tmp_path):
+    opened = tmp_path / "old-run"
+    opened.mkdir()
+    os.chmod(opened, 0o755)  # as versions before issue 43 made it
+    assert make_private(opened) is True
+    assert stat.S_IMODE(opened.stat().st_mode) == 0o700 and make_private(opened) is False
+
+
+def test_the_lock_file_is_this_users_only(tmp_path):
+    RunLock(tmp_path).release()
+    assert stat.S_IMODE((tmp_path / "lock").stat().st_mode) & 0o077 == 0
