@@ -22,7 +22,7 @@ from actor.envs import describe_spaces, make_env
 from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
-from protocol.processes import parent_alive
+from protocol.processes import parent_alive, pid_alive
 from protocol.settings import EnvSettings
 from protocol.transport import connect_dealer, recv_frames
 
@@ -95,19 +95,10 @@ def learner_address(opts: ActorOptions) -> str:
         address, pid = info["address"], int(info.get("pid", 0))
     except (OSError, ValueError, KeyError, TypeError):
         raise LearnerGone(f"no learner in {opts.endpoints} (restarting?)") from None
-    if pid > 0 and not _alive(pid):
+    if pid > 0 and not pid_alive(pid):
         raise LearnerGone(f"the learner in {opts.endpoints} (pid {pid}) is gone")
     return address
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # there, another user's
-    return True
 
 
 class EnvGroup:

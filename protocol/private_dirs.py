@@ -14,6 +14,8 @@ import shutil
 import stat
 import tempfile
 
+from protocol.processes import pid_alive
+
 PREFIX = "ppo-cluster-"
 PID_FILE = "pid"
 UNIX_PATH_MAX = 100  # bytes a Unix socket path may have (108 on Linux, 104 on macOS, with room for suffixes)
@@ -72,7 +74,7 @@ def _is_stale(path: str) -> bool:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         return False
     pid = _read_pid(path)
-    return pid is not None and not _alive(pid)
+    return pid is not None and not pid_alive(pid)
 
 
 def _write_pid(path: str) -> None:
@@ -89,12 +91,3 @@ def _read_pid(path: str) -> int | None:
         return None
     return int(text) if text.endswith("\n") and text.strip().isdigit() else None  # a half-written one: alive
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process has that pid now
-    return True

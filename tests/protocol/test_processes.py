@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.processes import parent_alive
+from protocol.processes import parent_alive, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 # the grandchild: says whether its parent (the child) is alive, tells the child it may exit (a line on the pipe
@@ -45,3 +45,12 @@ def test_our_own_parent_is_alive_and_another_process_is_not_our_parent():
 
 def test_no_parent_pid_means_nothing_to_watch():
     assert parent_alive(0) and parent_alive(-1)
+
+
+@pytest.mark.integration
+def test_pid_alive_until_the_process_is_reaped():
+    """Another user's process (pid 1, init, when the tests run unprivileged) counts as alive too."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert pid_alive(os.getpid()) and pid_alive(1)
+    assert not pid_alive(child.pid)
