@@ -141,8 +141,10 @@ class LearnerRestarts:
         verdict = self.policy.decide(exitcode, reached > self.baseline)
         self.baseline = reached  # a learner that dies before its resume is done has made no progress
         if not verdict.restart:
-            log.error("the learner (%s) %s after update %d; not restarting it: %s", name, cause(exitcode),
-                      reached, verdict.why)
+            # a refusal's own ERROR line (the learner's) already says what is wrong: one error line, not two
+            level = logging.INFO if exitcode == EXIT_REFUSED else logging.ERROR
+            log.log(level, "the learner (%s) %s after update %d; not restarting it: %s", name, cause(exitcode),
+                    reached, verdict.why)
             return None
         log.warning("the learner (%s) %s after update %d: restart %d of %d, from its newest checkpoint, "
                     "in %gs", name, cause(exitcode), reached, self.policy.used, self.policy.limit, verdict.delay_s)
