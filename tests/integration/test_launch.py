@@ -186,7 +186,8 @@ def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path
     """The learner answers each handshake it refuses with the reason; launch.py logs it and restarts nothing.
     Its own up-front check is bypassed here so that the learner's refusal is what gets exercised."""
     run_dir, console = tmp_path / "refused", tmp_path / "console.txt"
-    code = ("import sys; from launcher import cli; cli.check_groups = lambda cfg, groups: None; sys.exit(cli.main(sys.argv[1:]))")
+    code = ("import sys; from launcher import cli; cli.check_groups = lambda cfg, groups: None; "
+            "sys.exit(cli.main(sys.argv[1:]))")
     with open(console, "w") as sink:
         proc = subprocess.Popen([sys.executable, "-c", code, "--config", "configs/smoke.toml", "--run-dir",
                                  str(run_dir), "--envs-per-actor", "1", "--groups", "2", "--total-steps", "10000000"],
