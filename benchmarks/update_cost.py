@@ -14,7 +14,8 @@ variant computes the same function; only how it runs differs. A ratio above 1 me
 faster. The pong-fast modes (issue 41) run configs/pong-fast.toml's update instead: 8,192 samples, 4 epochs x
 4 minibatches of 2,048, ELU, input and value normalization, the adaptive rate. `trees` runs each variant in a
 child process with PYTHONPATH set to a checkout (--base, e.g. `git worktree add /tmp/base c3c58f9`) or to this
-tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not.
+tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not. This tree's rows tune
+glibc's heap as the learner does (learner/update/heap.py); one bf16 row keeps glibc's default, to show its part.
 """
 from __future__ import annotations
 
@@ -142,9 +143,11 @@ def compare_act(repeats: int) -> tuple[float, float]:
     return median_time(serve(torch.no_grad), repeats) / 50, median_time(serve(torch.inference_mode), repeats) / 50
 
 
-def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_FAST, n: int = PONG_N) -> float:
+def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_FAST, n: int = PONG_N,
+                       heap: bool = False) -> float:
     """Median seconds of pong-fast's update (the config's, with the given --set overrides) after one warm-up
-    update, on random frames whose input statistics the network has taken in."""
+    update, on random frames whose input statistics the network has taken in. heap: glibc's allocator tuned
+    and released after each update, as the learner does (learner/update/heap.py; this process for good)."""
     cfg = load(config, overrides)
     torch.manual_seed(0)
     model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
@@ -155,15 +158,23 @@ def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_F
              "returns": torch.randn(n, generator=g)}
     model.observe(batch["obs"])
     updater = PPOUpdater(model, cfg.ppo, "cpu", value_norm=ValueNormalizer())
-    updater.update(batch, 0.0, g)
-    return median_time(lambda: updater.update(batch, 0.0, g), repeats)
+    release = lambda: None  # noqa: E731
+    if heap:
+        from learner.update.heap import UpdateHeap  # not in the checkouts before it
+        release = UpdateHeap.for_update_on(torch.device("cpu")).release
+
+    def update():
+        updater.update(batch, 0.0, g)
+        release()
+    update()
+    return median_time(update, repeats)
 
 
-def _child(tree: Path, overrides: list[str], repeats: int, threads: int) -> float:
+def _child(tree: Path, overrides: list[str], repeats: int, threads: int, heap: bool = False) -> float:
     """pong_fast_update_s in a fresh process importing the learner from `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, __file__, "--child", json.dumps(overrides), "--repeats", str(repeats),
-           "--threads", str(threads)]
+           "--threads", str(threads)] + (["--heap"] if heap else [])
     out = subprocess.run(cmd, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -171,8 +182,9 @@ def _child(tree: Path, overrides: list[str], repeats: int, threads: int) -> floa
 def trees_variants(base: Path, threads: int) -> list[tuple[str, Callable[[int], float]]]:
     bf16 = ["ppo.update_precision=bf16"]
     return [(f"base {base.name} fp32", lambda r: _child(base, [], r, threads)),
-            ("this tree fp32", lambda r: _child(ROOT, ["ppo.update_precision=fp32"], r, threads)),
-            ("this tree bf16", lambda r: _child(ROOT, bf16, r, threads))]
+            ("this tree fp32", lambda r: _child(ROOT, ["ppo.update_precision=fp32"], r, threads, heap=True)),
+            ("this tree bf16, glibc's default heap", lambda r: _child(ROOT, bf16, r, threads)),
+            ("this tree bf16", lambda r: _child(ROOT, bf16, r, threads, heap=True))]
 
 
 def compare_precision(repeats: int) -> tuple[float, float]:
@@ -222,6 +234,7 @@ def main() -> None:
     p.add_argument("--compare", choices=sorted(COMPARISONS) + ["trees"], default="layout")
     p.add_argument("--base", type=Path, help="trees: the checkout to compare this tree against")
     p.add_argument("--child", help=argparse.SUPPRESS)  # trees: one measurement, --set overrides as JSON
+    p.add_argument("--heap", action="store_true", help=argparse.SUPPRESS)  # trees: the child tunes the heap
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per variant and round")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the cores)")
@@ -229,7 +242,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.child is not None:
-        print(pong_fast_update_s(json.loads(args.child), args.repeats, Path.cwd() / "configs" / "pong-fast.toml"))
+        print(pong_fast_update_s(json.loads(args.child), args.repeats, Path.cwd() / "configs" / "pong-fast.toml",
+                                 heap=args.heap))
         return
     if args.compare == "trees":
         if args.base is None:

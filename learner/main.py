@@ -30,6 +30,7 @@ from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
+from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
 from learner.update.ranks import Ranks, RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
@@ -218,7 +219,8 @@ class Learner:
         self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag)
+        self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
+                                   heap=UpdateHeap.for_update_on(device))
         self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes

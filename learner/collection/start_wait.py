@@ -14,23 +14,25 @@ log = logging.getLogger("learner")
 
 class StartWait:
     def __init__(self, ready: Callable[[], int], listen: Callable[[], None], where: Callable[[int], str],
-                 join_command: Callable[[int], str], actor_timeout_s: float, startup_timeout_s: float):
+                 join_command: Callable[[int], str], actor_timeout_s: float, startup_timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic):
         """`ready()`: the env slots ready now; `listen()`: one short pass of listening (joiners are admitted,
         liveness checked); `where(need)`: what the wait stands at, for its log lines; `join_command(n)`: how to
         add an actor of n envs. Every actor_timeout_s the wait says so; startup_timeout_s (0: none) ends the
-        first rollout's wait."""
+        first rollout's wait. `clock`: seconds, monotonic (tests pass their own)."""
         self.ready, self.listen, self.where, self.join_command = ready, listen, where, join_command
+        self.clock = clock
         self.actor_timeout_s, self.startup_timeout_s = actor_timeout_s, startup_timeout_s
 
     def until(self, need: int, should_stop, first: bool) -> bool:
         """Until `need` env slots are ready (True) or should_stop() (False). The `first` rollout's wait ends the
         run (Stalled) past startup_timeout_s, saying what it waited on."""
-        start = said = time.monotonic()
+        start = said = self.clock()
         while self.ready() < need:
             if should_stop():
                 return False
             self.listen()
-            now = time.monotonic()
+            now = self.clock()
             if first and self.startup_timeout_s and now - start > self.startup_timeout_s:
                 raise Stalled(f"start-up did not complete within {self.startup_timeout_s:g}s "
                               f"(cluster.startup_timeout_s): {self.where(need)}")

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,6 +52,9 @@ class Ranks:
     world: int = 1
     device: torch.device = torch.device("cpu")  # where collectives run (NCCL: the rank's GPU)
     timeout_s: float = 300.0  # each collective's wait (cluster.collective_timeout_s)
+    # the collectives (all_reduce, all_gather, broadcast, barrier, with torch.distributed's signatures): the
+    # default process group; unit tests pass ranks simulated in threads (tests/learner/update/test_ranks.py)
+    comm: Any = dist
 
     @staticmethod
     def single() -> "Ranks":
@@ -102,7 +106,7 @@ class Ranks:
         if not self.distributed:
             return t
         t = t.to(self.device, copy=True)
-        self._wait(dist.all_reduce(t, async_op=True))
+        self._wait(self.comm.all_reduce(t, async_op=True))
         return t
 
     @_collective
@@ -111,7 +115,7 @@ class Ranks:
         if not self.distributed:
             return t
         t = t.to(self.device, copy=True)
-        self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
+        self._wait(self.comm.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
         return t
 
     @_collective
@@ -119,7 +123,7 @@ class Ranks:
         if not self.distributed:
             return flag
         t = torch.tensor([int(flag)], dtype=torch.int64, device=self.device)
-        self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
+        self._wait(self.comm.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True))
         return bool(t.item())
 
     @_collective
@@ -128,7 +132,7 @@ class Ranks:
         if not self.distributed:
             return [value]
         out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world)]
-        self._wait(dist.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device), async_op=True))
+        self._wait(self.comm.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device), async_op=True))
         return [int(t.item()) for t in out]
 
     @_collective
@@ -142,7 +146,7 @@ class Ranks:
         if pairs:
             mine[:len(pairs)] = torch.tensor(pairs, dtype=torch.float64)
         out = [torch.zeros_like(mine) for _ in range(self.world)]
-        self._wait(dist.all_gather(out, mine, async_op=True))
+        self._wait(self.comm.all_gather(out, mine, async_op=True))
         return [(float(x), float(y)) for t, n in zip(out, counts) for x, y in t[:n].tolist()]
 
     @_collective
@@ -156,7 +160,7 @@ class Ranks:
         mine = torch.zeros(ADDRESS_BYTES, dtype=torch.uint8, device=self.device)
         mine[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
         out = [torch.zeros_like(mine) for _ in range(self.world)]
-        self._wait(dist.all_gather(out, mine, async_op=True))
+        self._wait(self.comm.all_gather(out, mine, async_op=True))
         return [bytes(t.cpu().tolist()).rstrip(b"\0").decode() for t in out]
 
     # -- the model ----------------------------------------------------------------------------------------
@@ -167,7 +171,7 @@ class Ranks:
             return
         for t in tensors:
             buf = t.detach().to(self.device)
-            self._wait(dist.broadcast(buf, src=0, async_op=True))
+            self._wait(self.comm.broadcast(buf, src=0, async_op=True))
             if buf is not t:
                 t.detach().copy_(buf)
 
@@ -198,7 +202,7 @@ class Ranks:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device) * weight
-        self._wait(dist.all_reduce(flat, async_op=True))
+        self._wait(self.comm.all_reduce(flat, async_op=True))
         offset = 0
         for p in params:
             n = p.numel()

@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 import torch
 
+from learner.update.heap import UpdateHeap
 from learner.update.ppo import PPOUpdater
 from learner.stalls import Stalled, thread_stack
 
@@ -23,8 +25,13 @@ DEADLINE_S = 600.0  # ... and past this (or 10x the slowest update so far, if lo
 
 class UpdateRunner:
     def __init__(self, updater: PPOUpdater, generator: torch.Generator, threads: int, policy_lag: bool,
-                 say_after_s: float = SAY_AFTER_S, deadline_s: float = DEADLINE_S):
+                 say_after_s: float = SAY_AFTER_S, deadline_s: float = DEADLINE_S,
+                 clock: Callable[[], float] = time.monotonic, heap: UpdateHeap | None = None):
+        """clock: seconds, monotonic, for how long each update took (tests pass their own); heap: released
+        after each update (learner/update/heap.py)."""
         self.updater, self.generator, self.threads, self.policy_lag = updater, generator, threads, policy_lag
+        self.heap = heap or UpdateHeap()
+        self.clock = clock
         self.say_after_s, self.deadline_s = say_after_s, deadline_s
         self.slowest = 0.0  # seconds, the longest update so far
         self.took_s = 0.0  # seconds, the last update's own run (read after result())
@@ -33,12 +40,13 @@ class UpdateRunner:
         self._error: BaseException | None = None
 
     def _run(self, batch: dict | None, update: int) -> None:
-        t0 = time.monotonic()
+        t0 = self.clock()
         try:
             self._stats = {} if batch is None else self.updater.update(batch, update, self.generator)
         except BaseException as exc:  # re-raised in the learner's thread by result()
             self._error = exc
-        self.took_s = time.monotonic() - t0
+        self.heap.release()
+        self.took_s = self.clock() - t0
         self.slowest = max(self.slowest, self.took_s)
 
     def start(self, batch: dict | None, update: int) -> None:

@@ -1,6 +1,5 @@
 """The wait before a rollout, shared by the in-process collector and the pool of collector processes."""
 import logging
-import time
 
 import pytest
 
@@ -9,21 +8,25 @@ from learner.stalls import Stalled
 
 
 class Slots:
-    """Env slots that become ready one per pass of listening, up to `arriving`; each pass takes `pass_s` (a
-    poll's wait)."""
+    """Env slots that become ready one per pass of listening, up to `arriving`; each pass moves the clock on
+    by `pass_s` (a poll's wait), no real time."""
 
     def __init__(self, arriving: int, pass_s: float = 0.0):
         self.ready, self.arriving, self.pass_s, self.passes = 0, arriving, pass_s, 0
+        self.now = 1000.0
 
     def listen(self) -> None:
         self.passes += 1
         self.ready = min(self.arriving, self.ready + 1)
-        time.sleep(self.pass_s)
+        self.now += self.pass_s
+
+    def clock(self) -> float:
+        return self.now
 
 
 def wait_for(slots: Slots, actor_timeout_s: float = 60.0, startup_timeout_s: float = 0.0) -> StartWait:
     return StartWait(lambda: slots.ready, slots.listen, lambda need: f"{slots.ready} of {need} ready",
-                     lambda n: f"join {n}", actor_timeout_s, startup_timeout_s)
+                     lambda n: f"join {n}", actor_timeout_s, startup_timeout_s, clock=slots.clock)
 
 
 def test_it_listens_until_the_slots_needed_are_ready():
@@ -39,16 +42,18 @@ def test_asked_to_stop_it_returns_false_without_listening_again():
 
 
 def test_the_first_rollouts_wait_ends_the_run_past_the_startup_timeout_saying_where_it_stood():
-    slots = Slots(arriving=1, pass_s=0.01)
+    slots = Slots(arriving=1, pass_s=10.0)
     with pytest.raises(Stalled) as err:
-        wait_for(slots, startup_timeout_s=0.05).until(4, should_stop=lambda: False, first=True)
-    assert str(err.value) == "start-up did not complete within 0.05s (cluster.startup_timeout_s): 1 of 4 ready"
+        wait_for(slots, startup_timeout_s=35.0).until(4, should_stop=lambda: False, first=True)
+    assert str(err.value) == "start-up did not complete within 35s (cluster.startup_timeout_s): 1 of 4 ready"
+    assert slots.passes == 4  # 40 s > 35 s, not before
 
 
 def test_a_later_rollouts_wait_has_no_deadline_and_says_what_it_waits_for(caplog):
-    slots = Slots(arriving=1, pass_s=0.01)
+    slots = Slots(arriving=1, pass_s=10.0)
     with caplog.at_level(logging.WARNING, logger="learner"):
-        assert not wait_for(slots, actor_timeout_s=0.02, startup_timeout_s=0.05).until(
+        assert not wait_for(slots, actor_timeout_s=25.0, startup_timeout_s=35.0).until(
             4, should_stop=lambda: slots.passes == 20, first=False)
     lines = [r.getMessage() for r in caplog.records]
-    assert lines and set(lines) == {"waiting for actors to start the next rollout: 1 of 4 ready; to add one: join 3"}
+    # 200 s of waiting, a line each actor_timeout_s: at 30, 60, ..., 180 s
+    assert lines == ["waiting for actors to start the next rollout: 1 of 4 ready; to add one: join 3"] * 6

@@ -62,3 +62,31 @@ def test_measuring_the_body_draws_no_random_numbers():
     reference = nature_body(4, 64 * 7 * 7, "relu")
     for got, want in zip(encoder.trunk.parameters(), reference.parameters(), strict=True):
         assert torch.equal(got, want)
+
+
+def _per_op_input(obs: torch.Tensor, scale: float, norm) -> torch.Tensor:
+    """The body's input computed one whole-tensor op at a time, as the encoder did before body_input."""
+    x = obs.float() * scale
+    if norm is not None:
+        x = norm(x)
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def test_body_input_is_bit_identical_to_one_pass_per_op():
+    """In place and chunked (a partial last chunk included), the same values to the bit, in fp32 and as
+    autocast's bf16 cast of them; channels-last either way."""
+    from learner.model.encoders import CPU_CHUNK, body_input
+    from learner.model.normalize import PixelNormalizer
+    g = torch.Generator().manual_seed(0)
+    norm = PixelNormalizer((4, 84, 84))
+    norm.observe(torch.randint(0, 256, (40, 4, 84, 84), dtype=torch.uint8, generator=g), 1 / 255)
+    obs = torch.randint(0, 256, (2 * CPU_CHUNK + 3, 4, 84, 84), dtype=torch.uint8, generator=g)
+    for pixel_norm in (None, norm):
+        expected = _per_op_input(obs, 1 / 255, pixel_norm)
+        got = body_input(obs, 1 / 255, pixel_norm)
+        assert got.dtype == torch.float32 and got.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(got, expected)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = body_input(obs, 1 / 255, pixel_norm)
+        assert low.dtype == torch.bfloat16 and torch.equal(low, expected.to(torch.bfloat16))
+        assert torch.equal(body_input(obs[:1], 1 / 255, pixel_norm), expected[:1])

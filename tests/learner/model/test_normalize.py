@@ -130,3 +130,17 @@ def test_cnn_normalize_input_standardizes_pixels_and_observe_is_its_only_update(
     std = (x.var(0, unbiased=False) + 1e-5).sqrt()
     expected = model.critic(model.encoder.trunk(((x - x.mean(0)) / std).clamp(-5, 5).float())).squeeze(-1)
     torch.testing.assert_close(model.value(obs), expected, rtol=1e-3, atol=1e-3)  # count starts at 1e-4
+
+
+def test_pixel_normalizer_sums_uint8_pixels_exactly():
+    """uint8 pixels (several chunks and a partial one) give the float64 mean and variance of the pixels to
+    rounding, whatever the chunking: float32 sums of the scaled pixels would be off by ~1e-7."""
+    from learner.model.normalize import PIXEL_CHUNK, PixelNormalizer
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 256, (3 * PIXEL_CHUNK + 17, 2, 5, 5), dtype=np.uint8)
+    norm = PixelNormalizer((2, 5, 5))
+    norm.rms.count.fill_(0.0)  # no prior count: the statistics are exactly the batch's
+    norm.observe(torch.from_numpy(frames), scale=1 / 255)
+    seen = frames.astype(np.float64) / 255
+    np.testing.assert_allclose(norm.rms.mean.numpy(), seen.mean(0), rtol=1e-13, atol=0)
+    np.testing.assert_allclose(norm.rms.var.numpy(), seen.var(0), rtol=1e-10, atol=0)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -58,14 +61,13 @@ def test_a_hung_update_ends_loud_with_where_it_hangs():
 
 
 class CountingUpdater:
-    """Stands in for PPOUpdater: counts its updates; `fail` raises in the next one, `takes_s` makes it last."""
+    """Stands in for PPOUpdater: counts its updates; `fail` raises in the next one."""
 
-    def __init__(self, fail: BaseException | None = None, takes_s: float = 0.0):
-        self.calls, self.fail, self.takes_s = 0, fail, takes_s
+    def __init__(self, fail: BaseException | None = None):
+        self.calls, self.fail = 0, fail
 
     def update(self, batch, update, generator):
         self.calls += 1
-        threading.Event().wait(self.takes_s)  # an update's own duration, not a wait for anything
         if self.fail is not None:
             raise self.fail
         return {"update": update}
@@ -91,8 +93,67 @@ def test_collect_only_asks_the_updater_nothing_and_gives_empty_stats():
 
 
 def test_the_deadline_grows_to_ten_times_the_slowest_update():
-    runner = UpdateRunner(CountingUpdater(takes_s=0.05), torch.Generator(), 1, policy_lag=False, deadline_s=0.2)
-    assert runner.deadline() == 0.2
+    clock = FakeClock()
+    runner = UpdateRunner(ClockedUpdater(clock, [30.0, 75.0, 40.0]), torch.Generator(), 1, policy_lag=False,
+                          deadline_s=600.0, clock=clock)
+    assert runner.deadline() == 600.0
     runner.start({}, 1)
     runner.result()
-    assert runner.slowest == runner.took_s >= 0.05 and runner.deadline() == 10 * runner.slowest > 0.2
+    assert runner.took_s == runner.slowest == 30.0 and runner.deadline() == 600.0  # 10 x 30 s < 600 s
+    for _ in range(2):
+        runner.start({}, 2)
+        runner.result()
+    assert runner.took_s == 40.0 and runner.slowest == 75.0 and runner.deadline() == 750.0
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ClockedUpdater:
+    """Stands in for PPOUpdater: each update takes the next of `durations` seconds of the fake clock."""
+
+    def __init__(self, clock: FakeClock, durations: list[float]):
+        self.clock, self.durations = clock, list(durations)
+
+    def update(self, batch, update, generator):
+        self.clock.now += self.durations.pop(0)
+        return {"update": update}
+
+
+class CountingHeap:
+    def __init__(self):
+        self.releases = 0
+
+    def release(self) -> None:
+        self.releases += 1
+
+
+@pytest.mark.parametrize("policy_lag", [True, False])
+def test_the_heap_is_released_after_every_update_failed_or_not(policy_lag):
+    heap = CountingHeap()
+    updater = CountingUpdater()
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=policy_lag, say_after_s=30, deadline_s=60,
+                          heap=heap)
+    runner.start({}, 1)
+    runner.result()
+    updater.fail = MemoryError("out of memory")
+    runner.start({}, 2)
+    with pytest.raises(MemoryError):
+        runner.result()
+    assert heap.releases == 2
+
+
+def test_the_update_heap_is_tuned_for_a_cpu_update_only():
+    """In a child process: the tuning is for the whole process, and pytest's should keep glibc's defaults."""
+    code = ("import torch; from learner.update.heap import UpdateHeap\n"
+            "assert UpdateHeap.for_update_on(torch.device('cuda')).libc is None\n"
+            "heap = UpdateHeap.for_update_on(torch.device('cpu')); heap.release()\n"
+            "print(heap.libc is not None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    glibc = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
+    assert out.stdout.strip() == str(glibc)
