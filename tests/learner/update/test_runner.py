@@ -148,6 +148,7 @@ def test_the_heap_is_released_after_every_update_failed_or_not(policy_lag):
     assert heap.releases == 2
 
 
+@pytest.mark.integration  # a child process
 def test_the_update_heap_is_tuned_for_a_cpu_update_only():
     """In a child process: the tuning is for the whole process, and pytest's should keep glibc's defaults."""
     code = ("import torch; from learner.update.heap import UpdateHeap\n"
