@@ -120,9 +120,13 @@ class LearnerRestarts:
     (one line, then polled until there is room; a stop request ends either). Under torchrun or srun their own
     --max-restarts restarts the job instead (`enabled` False)."""
 
-    def __init__(self, policy: RestartPolicy, run_dir: Path, stops: Callable[[], bool], enabled: bool = True):
+    def __init__(self, policy: RestartPolicy, run_dir: Path, stops: Callable[[], bool], enabled: bool = True,
+                 disk: DiskSpace | None = None, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
+        """disk, sleep, clock: the run directory's DiskSpace, time.sleep and time.monotonic (tests pass their own)."""
         self.policy, self.stops, self.enabled = policy, stops, enabled
-        self.metrics, self.disk = run_dir / "metrics.jsonl", DiskSpace(run_dir)
+        self.metrics, self.disk = run_dir / "metrics.jsonl", disk or DiskSpace(run_dir)
+        self.sleep, self.clock = sleep, clock
         self.baseline = last_update(self.metrics)  # the last update before the learner now running
 
     @property
@@ -152,13 +156,16 @@ class LearnerRestarts:
 
     def wait(self, verdict: Verdict) -> bool:
         """The back-off, then room on the disk. False when a stop request came meanwhile."""
-        until = time.monotonic() + verdict.delay_s
-        while time.monotonic() < until and not self.stops():
-            time.sleep(0.1)  # a back-off, not synchronization: a Ctrl-C ends it within 0.1 s
+        until = self.clock() + verdict.delay_s
+        while self.clock() < until and not self.stops():
+            self.sleep(0.1)  # a back-off, not synchronization: a Ctrl-C ends it within 0.1 s
         short = self.disk.shortfall()
-        if short is not None:
+        full = short is not None
+        if full:
             log.warning("the disk of %s is full (%s): waiting for space before the restart", self.disk.run_dir, short)
         while short is not None and not self.stops():
-            time.sleep(SPACE_POLL_S)  # polling the free space, not synchronization
+            self.sleep(SPACE_POLL_S)  # polling the free space, not synchronization
             short = self.disk.shortfall()
+        if full and short is None:
+            log.info("the disk of %s has room again: restarting the learner", self.disk.run_dir)
         return not self.stops()

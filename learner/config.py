@@ -172,7 +172,7 @@ class PPOConfig(BaseModel):
     target_kl: KL = 0.0
     """stop the epochs early once approx_kl exceeds this (0 disables)"""
     update_precision: Literal["fp32", "bf16"] = "fp32"
-    """fp32 | bf16: the update's forward and backward passes through the encoder (the CNN's convs and hidden layer) under bfloat16 autocast (1.5x faster in benchmarks/update_cost.py on avx512_bf16 cores); the weights, Adam's state, the heads (log-probs, values) and the loss stay float32. Acting and evaluation stay float32"""
+    """fp32 | bf16: the update's forward and backward passes through the encoder (the CNN's convs and hidden layer) under bfloat16 autocast (1.4x faster than fp32 in benchmarks/update_cost.py on avx512_bf16 cores); the weights, Adam's state, the heads (log-probs, values) and the loss stay float32. Acting and evaluation stay float32"""
 
 
 class ModelConfig(BaseModel):

@@ -62,3 +62,51 @@ def test_a_full_disk_under_the_whole_run_directory_stops_the_run_in_one_line(tmp
     assert "No space left on device" in out, out[-2000:]
     assert "Traceback" not in out and "Logging error" not in out, out[-3000:]
     assert_session_gone(proc.pid)
+
+
+def test_a_full_disk_that_stopped_the_learner_is_waited_out_and_training_goes_on_without_a_person(tmp_path):
+    """issue 43, point 5: the learner stops on the full disk (as above); launch.py says once that it waits for
+    space, restarts the learner from its newest checkpoint when there is room again, and the run goes on; a
+    clean stop then ends it with exit 0. The console goes to a file off the full disk, read as it grows."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration.cluster import ROOT, kill_group
+    console = tmp_path / "console.log"
+    with full_disk(tmp_path / "fs", size_kb=8192) as disk, open(console, "w") as out:
+        run_dir, filler = disk / "run", disk / "filler"
+        proc = subprocess.Popen([sys.executable, "launch.py", "--config", "configs/cartpole.toml", "--run-dir",
+                                 str(run_dir), "--total-steps", "10000000", "--set", "run.checkpoint_every=2"],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            wait_for(lambda: len(metrics(run_dir)) >= 3, 120, "a checkpoint, then an update", proc)
+            with open(filler, "wb") as f:
+                try:
+                    while f.write(b"\0" * 65536):
+                        f.flush()
+                except OSError:  # ENOSPC: the disk is full
+                    pass
+            wait_for(lambda: "waiting for space before the restart" in console.read_text(), 90,
+                     "launch.py to wait for space", proc)
+            last = metrics(run_dir)[-1]["update"]
+            os.unlink(filler)
+            wait_for(lambda: metrics(run_dir) and metrics(run_dir)[-1]["update"] >= last + 2, 120,
+                     "training again after the restart", proc)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            finally:
+                kill_group(proc)
+                if filler.exists():
+                    os.unlink(filler)
+    text = console.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert text.count("waiting for space before the restart") == 1, text[-3000:]
+    assert "has room again: restarting the learner" in text, text[-3000:]
+    assert "restart 1 of 3, from its newest checkpoint" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_session_gone(proc.pid)

@@ -112,3 +112,55 @@ def test_an_empty_run_directory_needs_1_mib(tmp_path):
     assert DiskSpace(tmp_path, usage_with(1 << 20)).shortfall() is None
     assert DiskSpace(tmp_path, usage_with((1 << 20) - 1)).shortfall() is not None
     assert DiskSpace(tmp_path).shortfall() is None or os.statvfs(tmp_path).f_bavail == 0  # the real disk
+
+
+class FillingDisk:
+    """A DiskSpace whose disk is full for the first `full_polls` looks, then has room."""
+
+    def __init__(self, full_polls: int, run_dir="/runs/x"):
+        self.looks, self.full_polls, self.run_dir = 0, full_polls, run_dir
+
+    def shortfall(self):
+        self.looks += 1
+        return "0.0 MB free, 1.0 MB needed" if self.looks <= self.full_polls else None
+
+
+def restarts_with(disk, stops=lambda: False):
+    from launcher.restarts import LearnerRestarts, Verdict
+    clock, slept = Clock(), []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock.now += s
+    restarts = LearnerRestarts(RestartPolicy(limit=3, clock=clock), __import__("pathlib").Path("/runs/x"), stops,
+                               disk=disk, sleep=sleep, clock=clock)
+    return restarts, Verdict(restart=True, delay_s=1.0), slept
+
+
+def test_a_full_disk_is_waited_out_with_one_line_then_the_restart_goes_ahead(caplog):
+    from launcher.restarts import SPACE_POLL_S
+    disk = FillingDisk(full_polls=4)
+    restarts, verdict, slept = restarts_with(disk)
+    with caplog.at_level("INFO", logger="launch"):
+        assert restarts.wait(verdict)
+    backoff, polls = slept[:-4], slept[-4:]
+    assert polls == [SPACE_POLL_S] * 4 and set(backoff) == {0.1} and 1.0 - 1e-9 <= sum(backoff) < 1.1 + 1e-9
+    assert disk.looks == 4 + 1  # the first look, then one per poll until there is room
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["the disk of /runs/x is full (0.0 MB free, 1.0 MB needed): waiting for space before the restart",
+                     "the disk of /runs/x has room again: restarting the learner"]
+
+
+def test_a_stop_request_ends_the_wait_for_space_and_there_is_no_restart():
+    disk = FillingDisk(full_polls=10**9)
+    stop_after = iter(range(1000))
+    restarts, verdict, slept = restarts_with(disk, stops=lambda: next(stop_after) >= 30)
+    assert not restarts.wait(verdict)
+    assert disk.looks < 30
+
+
+def test_room_on_the_disk_means_no_wait_beyond_the_back_off(caplog):
+    restarts, verdict, slept = restarts_with(FillingDisk(full_polls=0))
+    with caplog.at_level("INFO", logger="launch"):
+        assert restarts.wait(verdict)
+    assert set(slept) == {0.1} and 1.0 - 1e-9 <= sum(slept) < 1.1 + 1e-9 and not caplog.records
