@@ -1,6 +1,6 @@
 """Fault injection (issue 32): one small CartPole training run taken through a scripted sequence of faults.
 
-    python benchmarks/chaos.py                                  # every fault, about 5 minutes on 2 cores
+    python benchmarks/chaos.py                                  # every fault, about 6 minutes on 2 cores
     python benchmarks/chaos.py --faults kill-actor,ghost,greedy # a subset, in the order given
 
 The run: configs/cartpole.toml (2 actors x 4 envs) with 2 collector processes, cluster.actor_timeout_s=2 and a
@@ -16,7 +16,7 @@ fault fills it). Each fault waits for the run to train with all its 8 env slots,
 
 A fault is survived when training went on with every env slot within its deadline and no checkpoint was lost
 (the newest checkpoint before the fault still loads, or a newer one does). The last line says how many were,
-e.g. "10 of 10 faults survived, 0 checkpoints lost". Exit status 0 when all were, 1 otherwise.
+e.g. "12 of 12 faults survived, 0 checkpoints lost". Exit status 0 when all were, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -40,11 +40,13 @@ for path in (str(HERE), str(REPO)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from launcher.cluster import LEARNER_SILENT_S  # noqa: E402
 from procfs import kill, kill_group, read_metrics, read_rss_mb  # noqa: E402
 
 SLOTS = 8  # configs/cartpole.toml: 2 actors x 4 envs
-LAUNCH = ["--config", "configs/cartpole.toml", "--total-steps", "100000000", "--set", "cluster.collectors=2",
-          "--set", "cluster.actor_timeout_s=2", "--set", "run.checkpoint_every=5"]
+RUN_SETTINGS = ["--config", "configs/cartpole.toml", "--set", "cluster.collectors=2", "--set", "cluster.actor_timeout_s=2",
+                "--set", "run.checkpoint_every=5"]
+LAUNCH = [*RUN_SETTINGS, "--total-steps", "100000000"]
 DEADLINE_S = 60.0  # for each wait of a fault: detection, recovery
 
 
@@ -67,9 +69,11 @@ class Row:
 class Run:
     """The training run under test: (re)started with launch.py, watched through its run directory."""
 
-    def __init__(self, run_dir: Path, logs: Path):
-        """`logs`: where each start's console output goes (not in run_dir, which the disk-full fault fills)."""
+    def __init__(self, run_dir: Path, logs: Path, launch: list[str] = LAUNCH):
+        """`logs`: where each start's console output goes (not in run_dir, which the disk-full fault fills);
+        `launch`: launch.py's arguments but the run directory."""
         self.run_dir, self.logs, self.proc, self.starts, self.peak = run_dir, logs, None, 0, 0.0
+        self.launch = launch
         self._sampling = threading.Event()
         threading.Thread(target=self._sample, daemon=True).start()
 
@@ -77,7 +81,7 @@ class Run:
         self.starts += 1
         where = ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
         console = open(self.logs / f"console-{self.starts}.txt", "w")
-        self.proc = subprocess.Popen([sys.executable, "launch.py", *LAUNCH, *where], cwd=REPO, stdout=console,
+        self.proc = subprocess.Popen([sys.executable, "launch.py", *self.launch, *where], cwd=REPO, stdout=console,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self._sampling.set()
 
@@ -293,7 +297,7 @@ def second_run(run: Run, row: Row) -> None:
     """Another launch.py on the held directory must be refused, and the first run go on untouched."""
     u, t0 = run.last()["update"], time.monotonic()
     for where in (["--run-dir", str(run.run_dir)], ["--resume", str(run.run_dir)]):
-        second = subprocess.run([sys.executable, "launch.py", *LAUNCH, *where], cwd=REPO, capture_output=True,
+        second = subprocess.run([sys.executable, "launch.py", *run.launch, *where], cwd=REPO, capture_output=True,
                                 text=True, timeout=DEADLINE_S, start_new_session=True)
         if second.returncode != 2:
             raise Failed(f"a second run with {where[0]} exited {second.returncode}: {second.stdout[-300:]}")
@@ -316,6 +320,26 @@ def stop_collector(run: Run, row: Row) -> None:
             pass
     row.note = f"learner ended {round(time.monotonic() - t0, 1)} s after the stop"
     restarted(run, row, before, t0, old)
+
+
+def kill_collector(run: Run, row: Row) -> None:
+    """kill -9 of a collector process: the learner must end, naming it; launch.py restarts it."""
+    before, t0 = run.last(), time.monotonic()
+    info = run.info("endpoints.json")
+    old = info["pid"]
+    kill(info["collectors"][1]["pid"], signal.SIGKILL)
+    row.detected_s = wait(lambda: gone(old), "end of the learner", t0)
+    restarted(run, row, before, t0, old)
+
+
+def stop_learner(run: Run, row: Row) -> None:
+    """SIGSTOP of the learner: its own watchdog cannot run; launch.py must kill it once its heartbeat is
+    LEARNER_SILENT_S old (one line) and restart it."""
+    before, pid, t0 = run.last(), run.info("endpoints.json")["pid"], time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    row.detected_s = wait(lambda: "gave no sign of life" in run.console(), "the silent learner named", t0,
+                          timeout=LEARNER_SILENT_S + DEADLINE_S)
+    restarted(run, row, before, t0, pid)
 
 
 def _updates_in_console(run: Run) -> int:
@@ -370,16 +394,17 @@ def kill_learner(run: Run, row: Row) -> None:
 
 FAULTS = {"kill-actor": kill_actor, "stop-actor": stop_actor, "ghost": ghost, "greedy": greedy, "flood": flood,
           "out-of-turn": out_of_turn, "second-run": second_run, "stop-collector": stop_collector,
-          "disk-full": disk_full, "kill-learner": kill_learner}
+          "disk-full": disk_full, "kill-learner": kill_learner, "kill-collector": kill_collector,
+          "stop-learner": stop_learner}
 
 
 # ----------------------------------------------------------------------------------------------- main
 
-def mount_tmpfs(path: Path) -> str | None:
-    """A 64 MB tmpfs at path (None), or why not."""
+def mount_tmpfs(path: Path, size_mb: int = 64) -> str | None:
+    """A tmpfs of size_mb at path (None), or why not."""
     if os.geteuid() != 0:
         return "skipped: not root (a tmpfs to fill needs root)"
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(path)], capture_output=True,
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], capture_output=True,
                           text=True)
     return None if done.returncode == 0 else f"skipped: cannot mount a tmpfs ({done.stderr.strip()[:80]})"
 

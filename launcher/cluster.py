@@ -25,6 +25,7 @@ ENDPOINT_TIMEOUT_S = 120.0
 ACTOR_GRACE_S = 10.0  # at the end of a run: the actors' time to leave on the learner's goodbye
 ACTOR_GRACE_STOPPING_S = 2.0  # the same after Ctrl-C or SIGTERM (an actor still starting has no goodbye to hear)
 LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank ended
+LEARNER_SILENT_S = 30.0  # a learner process whose heartbeat (every 0.5 s) is this old is stopped or frozen: killed
 
 
 def free_port() -> int:
@@ -40,6 +41,7 @@ class Cluster:
         self.max_restarts, self.stops, self.learner_restarts = max_restarts, stops, learner_restarts
         self.ctx = mp.get_context("spawn")
         self.learners: list[mp.Process] = []  # this host's learner ranks
+        self.heartbeats: list = []  # each one's last beat, time.monotonic() (0: none yet): learner/lifecycle/process.py
         self.ranks = self._rank_envs()  # the environment of each (empty: one learner on its own)
         self.actors: dict[int, mp.Process] = {}
         self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
@@ -87,13 +89,15 @@ class Cluster:
 
     def _start_learners(self) -> bool:
         """Every local learner rank, then their addresses once written; False if a stop or an end came first."""
-        self.learners, self.addresses = [], []
+        self.learners, self.addresses, self.heartbeats = [], [], []
         for env in self.ranks:
             self._endpoint_file(env).unlink(missing_ok=True)
+            heartbeat = self.ctx.RawValue("d", 0.0)
             proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",
-                                    args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env, os.getpid()))
+                                    args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env, os.getpid(), heartbeat))
             self.stops.started(proc)
             self.learners.append(proc)
+            self.heartbeats.append(heartbeat)
         self._record_pids()
         for env, proc in zip(self.ranks, self.learners):
             address = self._await_endpoint(env, proc)
@@ -182,6 +186,7 @@ class Cluster:
                         learner.terminate()
                 self.learners_told = True
             wait([*[p.sentinel for p in self.learners], *[p.sentinel for p in self.actors.values()]], timeout=0.5)
+            self._kill_silent_learners()
             if not all(p.is_alive() for p in self.learners):
                 if not self._restart_learners():
                     return self._shutdown()
@@ -211,6 +216,19 @@ class Cluster:
                     self.restarts[i] = self.restarts.get(i, 0) + 1
                     log.warning("restarting actor-%d (restart %d of %d)", i, self.restarts[i], self.max_restarts)
                     self._start_actor(i)
+
+    def _kill_silent_learners(self) -> None:
+        """A learner process whose heartbeat stopped (SIGSTOP, a frozen process: its own watchdog cannot run
+        either) is killed, one line saying so; the restart policy then decides. A learner stuck in a call while
+        its process runs is its own watchdog's (run.watchdog_s)."""
+        now = time.monotonic()
+        for proc, heartbeat in zip(self.learners, self.heartbeats):
+            beat = heartbeat.value
+            if beat and now - beat > LEARNER_SILENT_S and proc.is_alive():
+                log.error("the learner (%s) gave no sign of life for %.0fs: stopped or frozen; killing it",
+                          proc.name, now - beat)
+                proc.kill()
+                proc.join(5.0)
 
     def _refusal(self, name: str) -> str:
         """The reason the actor gave before exiting (it put it on the queue before it exited)."""

@@ -120,9 +120,10 @@ def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     atomic_write(run_dir / name, json.dumps(info))
 
 
-def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
+def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0, heartbeat=None) -> int:
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
-    nobody to watch, and the learner takes the lock itself)."""
+    nobody to watch, and the learner takes the lock itself). heartbeat: the launcher's shared double, beaten while
+    the learner process runs (learner/lifecycle/process.py, ParentWatch)."""
     run_dir = Path(run_dir)
     make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
@@ -131,17 +132,17 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        return _run(cfg, run_dir, resume, parent_pid)
+        return _run(cfg, run_dir, resume, parent_pid, heartbeat)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
+def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=None) -> int:
     setup_logging(run_dir, env_rank())
     stop = Stop()
     if parent_pid:
-        ParentWatch(parent_pid, stop)
+        ParentWatch(parent_pid, stop, heartbeat=heartbeat)
     try:
         learner = Learner(cfg, run_dir, resume, stop)
     except StartupError as exc:

@@ -24,21 +24,25 @@ class Watchdog:
     miss): unless the learner's main thread comes back to pet it within its budget, faulthandler writes
     "Timeout" and every thread's stack to the log and the process exits 1, so launch.py stops the actors.
     faulthandler's own C thread does this, so it works while Python is stuck. pet() is cheap: it re-arms at
-    most a few times per timeout, however often it is called."""
+    most a few times per timeout, however often it is called. (A stopped process, SIGSTOP, cannot run even
+    that thread: launch.py kills a learner whose heartbeat stops, learner/lifecycle/process.py.)"""
 
     def __init__(self, log_path: Path, timeout_s: float):
         self.file = open(log_path, "a")
         self.timeout_s = timeout_s
         self.every_s = min(1.0, timeout_s / 4)
         self.armed_at = float("-inf")
+        self.armed_for = timeout_s
 
     def pet(self, budget_s: float | None = None) -> None:
-        """Re-arm for timeout_s, or for budget_s if longer (an update that may run for many minutes)."""
+        """Re-arm for timeout_s, or for budget_s if longer (an update that may run for many minutes). The first
+        plain pet after a longer budget re-arms at once: the long step is over."""
         now = time.monotonic()
-        if budget_s is None and now - self.armed_at < self.every_s:
+        if budget_s is None and now - self.armed_at < self.every_s and self.armed_for <= self.timeout_s:
             return
-        faulthandler.dump_traceback_later(max(budget_s or 0.0, self.timeout_s), exit=True, file=self.file)
-        self.armed_at = now
+        armed_for = max(budget_s or 0.0, self.timeout_s)
+        faulthandler.dump_traceback_later(armed_for, exit=True, file=self.file)
+        self.armed_at, self.armed_for = now, armed_for
 
     def stop(self) -> None:
         faulthandler.cancel_dump_traceback_later()

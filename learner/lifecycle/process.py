@@ -40,14 +40,26 @@ class ParentWatch:
     """No orphaned learner: once the process that started it (launch.py) is gone, killed with -9 or by the
     OOM killer, the learner stops as on SIGTERM (final checkpoint, goodbyes, ports and device freed), and
     exits hard if that takes longer than grace_s (it may be deep in an update or a collective). A thread
-    polling the parent pid (protocol.processes.parent_alive)."""
+    polling the parent pid (protocol.processes.parent_alive).
 
-    def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5):
+    The same thread beats `heartbeat` (the launcher's shared double: time.monotonic() at each poll), so the
+    launcher can tell a learner process that runs from one stopped whole (SIGSTOP), which the learner's own
+    watchdog, a thread of the same process, cannot see (launcher/cluster.py kills it, then restarts it)."""
+
+    def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5,
+                 heartbeat=None):
         self.parent_pid, self.stop, self.grace_s, self.every_s = parent_pid, stop, grace_s, every_s
+        self.heartbeat = heartbeat
+        self._beat()
         threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
+
+    def _beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.value = time.monotonic()
 
     def _watch(self) -> None:
         while parent_alive(self.parent_pid):
+            self._beat()
             time.sleep(self.every_s)
         log.error("the launcher (pid %d) is gone: stopping (at most %gs)", self.parent_pid, self.grace_s)
         self.stop.request()

@@ -73,6 +73,7 @@ def test_a_full_disk_that_stopped_the_learner_is_waited_out_and_training_goes_on
     import subprocess
     import sys
 
+    from launcher.restarts import last_update  # the last complete line: the full disk may cut one short
     from tests.integration.cluster import ROOT, kill_group
     console = tmp_path / "console.log"
     with full_disk(tmp_path / "fs", size_kb=8192) as disk, open(console, "w") as out:
@@ -81,7 +82,7 @@ def test_a_full_disk_that_stopped_the_learner_is_waited_out_and_training_goes_on
                                  str(run_dir), "--total-steps", "10000000", "--set", "run.checkpoint_every=2"],
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            wait_for(lambda: len(metrics(run_dir)) >= 3, 120, "a checkpoint, then an update", proc)
+            wait_for(lambda: last_update(run_dir / "metrics.jsonl") >= 3, 120, "a checkpoint, then an update", proc)
             with open(filler, "wb") as f:
                 try:
                     while f.write(b"\0" * 65536):
@@ -90,9 +91,9 @@ def test_a_full_disk_that_stopped_the_learner_is_waited_out_and_training_goes_on
                     pass
             wait_for(lambda: "waiting for space before the restart" in console.read_text(), 90,
                      "launch.py to wait for space", proc)
-            last = metrics(run_dir)[-1]["update"]
+            last = last_update(run_dir / "metrics.jsonl")
             os.unlink(filler)
-            wait_for(lambda: metrics(run_dir) and metrics(run_dir)[-1]["update"] >= last + 2, 120,
+            wait_for(lambda: last_update(run_dir / "metrics.jsonl") >= last + 2, 120,
                      "training again after the restart", proc)
         finally:
             if proc.poll() is None:

@@ -53,6 +53,30 @@ def test_kill_9_of_the_learner_mid_run_is_restarted_and_the_run_reaches_its_budg
     assert metrics(run_dir)[-1]["env_slots"] == width  # every actor back with the restarted learner
 
 
+def test_a_stopped_learner_is_killed_past_its_watchdog_and_restarted_and_the_run_reaches_its_budget(tmp_path):
+    """SIGSTOP: the learner's own watchdog cannot run; launch.py sees its heartbeat expire, kills it (one line),
+    and the restart policy starts it again from its newest checkpoint."""
+    run_dir = tmp_path / "stopped"
+    proc = launch(*SMOKE, "--total-steps", "1024", "--set", "run.watchdog_s=4",
+                  "--set", "cluster.collective_timeout_s=1", "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 3, 180, "three updates", proc)
+        first = learner_pid(run_dir)
+        os.kill(first, signal.SIGSTOP)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+    assert proc.returncode == 0, out[-3000:]
+    silent = [line for line in out.splitlines() if "gave no sign of life" in line]
+    assert len(silent) == 1 and "learner-0" in silent[0] and "killing it" in silent[0], out[-3000:]
+    restarts = [line for line in out.splitlines() if "restart 1 of 3" in line]
+    assert len(restarts) == 1 and "was killed by SIGKILL" in restarts[0], out[-3000:]
+    assert learner_pid(run_dir) != first
+    updates = [r["update"] for r in metrics(run_dir)]
+    assert updates == list(range(1, len(updates) + 1)), updates
+    assert metrics(run_dir)[-1]["env_steps"] >= 1024
+
+
 def test_a_learner_that_keeps_dying_before_an_update_is_not_restarted_for_ever(tmp_path):
     """Each learner killed as soon as it appears: the start and one restart end before an update, then the run
     ends with an error naming the repeat."""

@@ -62,3 +62,17 @@ def test_a_budget_covers_a_long_step_and_stop_disarms(tmp_path):
     proc = _run(FINISHES, log)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "done" and "Timeout" not in log.read_text()
+
+
+
+def test_after_a_long_budget_the_first_plain_pet_re_arms_for_the_timeout_at_once(tmp_path):
+    from learner.stalls import Watchdog
+    dog = Watchdog(tmp_path / "log", timeout_s=30.0)
+    try:
+        dog.pet()
+        dog.pet(budget_s=600.0)  # a long update
+        assert dog.armed_for == 600.0
+        dog.pet()  # the update is over: not left armed for 600 s until the next re-arming interval
+        assert dog.armed_for == 30.0
+    finally:
+        dog.stop()

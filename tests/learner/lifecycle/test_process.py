@@ -36,3 +36,40 @@ def test_the_launcher_restarts_a_failed_learner_never_a_refused_one():
     assert len({EXIT_DONE, EXIT_FAILED, EXIT_REFUSED}) == 3 and EXIT_DONE == 0
     assert RestartPolicy(limit=3, clock=lambda: 0.0).decide(EXIT_FAILED, progressed=True).restart
     assert not RestartPolicy(limit=3, clock=lambda: 0.0).decide(EXIT_REFUSED, progressed=True).restart
+
+
+class Shared:
+    """Stands in for launch.py's shared double."""
+    value = 0.0
+
+
+def test_the_parent_watch_beats_the_heartbeat_while_it_runs():
+    """From its start, then at every poll: launch.py kills a learner whose beat stops (a SIGSTOP)."""
+    import os
+    import threading
+    import time
+
+    from learner.lifecycle.process import ParentWatch
+
+    class Beats(Shared):
+        def __init__(self):
+            self.seen, self.twice = [], threading.Event()
+
+        def __setattr__(self, name, v):
+            object.__setattr__(self, name, v)
+            if name == "value":
+                self.seen.append(v)
+                if len(self.seen) >= 3:
+                    self.twice.set()
+
+    beats = Beats()
+    before = time.monotonic()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ParentWatch(os.getppid(), Stop(), every_s=0.05, heartbeat=beats)  # our parent outlives the test
+        assert beats.seen and beats.seen[0] >= before  # at once, not after the first poll
+        assert beats.twice.wait(10)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert beats.seen == sorted(beats.seen) and beats.seen[-1] <= time.monotonic()

@@ -1,0 +1,20 @@
+"""benchmarks/chaos_soak.py end to end, short: faults at random moments into one run that then reaches its budget."""
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.cluster import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_short_soak_recovers_every_fault_and_the_run_reaches_its_budget():
+    cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "1.2", "--faults", "kill-actor,ghost,greedy",
+           "--gap-s", "2,4", "--first-after-s", "5", "--calibration-s", "10", "--seed", "1"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-2000:]
+    assert "checkpoints lost: 0" in out and ", exit 0" in out, out[-1500:]
+    injected = int(out.split("faults injected: ")[1].split()[0])
+    assert injected >= 1 and f"recovered without a person: {injected} of {injected}" in out, out[-1500:]
