@@ -10,7 +10,9 @@ training, and then every --gap-s seconds (drawn at random between its bounds), o
 injected, and the soak waits for the run to train with every env slot again (chaos.py's deadlines). No person
 acts: the run is never started again from here; if it ends before its budget, the soak says so and fails.
 
-It prints a row per fault (as chaos.py), then: faults injected, recovered without a person, updates redone
+About one fault in three ends the learner, so launch.py's --max-learner-restarts is raised for the soak's run
+(the limit, 3 by default, has its own tests). It prints a row per fault (as chaos.py), then: faults injected,
+recovered without a person, updates redone
 (those past the checkpoint a restarted learner went on from), checkpoints lost (the newest checkpoint before a
 fault no longer loading, and none newer), the learner's resident memory (itself and its collector processes)
 after the first minute and at the end of the steady state, and how the run ended: its budget reached, exit 0.
@@ -39,6 +41,7 @@ SLOTS = 8
 CALIBRATION_S = 45.0  # seconds of training without faults to measure the steps per second
 FAULT_TIME_S = 0.15  # the share of the soak that faults and recoveries are expected to cost (the budget leaves it)
 END_DEADLINE_S = 600.0  # after the last fault, the run's time to reach its budget
+MAX_RESTARTS = 1000  # launch.py --max-learner-restarts for the soak's run (default 3: a real run's faults are rare)
 
 
 def calibrate(base: Path, seconds: float = CALIBRATION_S) -> float:
@@ -111,7 +114,9 @@ def main(argv=None) -> int:
     budget = int(sps * args.minutes * 60 * (1 - FAULT_TIME_S))
     print(f"soak: CartPole, 2 actors x 4 envs, 2 collectors, {sps:.0f} steps/s without faults: a budget of "
           f"{budget:,} steps for about {args.minutes:g} minutes; seed {args.seed}; in {base}\n")
-    run = Run(base / "fs" / "run", base, launch=[*RUN_SETTINGS, "--total-steps", str(budget)])
+    # about one fault in three ends the learner: far more restarts than a real run's; the limit has its own tests
+    run = Run(base / "fs" / "run", base, launch=[*RUN_SETTINGS, "--total-steps", str(budget),
+                                                 "--max-learner-restarts", str(MAX_RESTARTS)])
     rows, lost = [], 0
     started = time.monotonic()
     end_of_faults = started + args.minutes * 60 - END_DEADLINE_S / 10
@@ -133,8 +138,8 @@ def main(argv=None) -> int:
             print_row(row)
             if not row.survived and not run.live():
                 break
+            memory["end"] = server_rss_mb(run)  # the newest reading while the run trains
             time.sleep(rng.uniform(gap_lo, gap_hi))  # the next fault's moment, drawn at random
-        memory["end"] = server_rss_mb(run)
         deadline = time.monotonic() + END_DEADLINE_S
         while run.live() and time.monotonic() < deadline:
             time.sleep(1.0)  # waiting for the run to end by itself at its budget, polled
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
     print(f"updates redone: {redone}")
     print(f"checkpoints lost: {lost}")
     print(f"learner memory (RSS, learner + collectors): {memory.get('start', '-')} MB after the first minute, "
-          f"{memory.get('end', '-')} MB at the end of the faults")
+          f"{memory.get('end', '-')} MB after the last fault")
     ended = "still running at the deadline" if code is None else f"exit {code}"
     print(f"the run: {final.get('env_steps', 0):,} of {budget:,} steps, {ended}")
     ok = recovered == len(rows) and lost == 0 and reached and code == 0
