@@ -40,7 +40,7 @@ for path in (str(HERE), str(REPO)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from launcher.cluster import LEARNER_SILENT_S  # noqa: E402
+from launcher.heartbeats import LEARNER_SILENT_S  # noqa: E402
 from procfs import kill, kill_group, read_metrics, read_rss_mb  # noqa: E402
 
 SLOTS = 8  # configs/cartpole.toml: 2 actors x 4 envs

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from actor import EXIT_REFUSED
 from launcher.children import actor_process, eval_process, learner_process
+from launcher.heartbeats import kill_silent
 from launcher.job import external_job
 from launcher.restarts import LearnerRestarts
 from launcher.stops import StopRequests
@@ -25,7 +26,6 @@ ENDPOINT_TIMEOUT_S = 120.0
 ACTOR_GRACE_S = 10.0  # at the end of a run: the actors' time to leave on the learner's goodbye
 ACTOR_GRACE_STOPPING_S = 2.0  # the same after Ctrl-C or SIGTERM (an actor still starting has no goodbye to hear)
 LEARNER_GRACE_S = 30.0  # the other ranks' time to stop after one learner rank ended
-LEARNER_SILENT_S = 30.0  # a learner process whose heartbeat (every 0.5 s) is this old is stopped or frozen: killed
 
 
 def free_port() -> int:
@@ -186,7 +186,7 @@ class Cluster:
                         learner.terminate()
                 self.learners_told = True
             wait([*[p.sentinel for p in self.learners], *[p.sentinel for p in self.actors.values()]], timeout=0.5)
-            self._kill_silent_learners()
+            kill_silent(self.learners, self.heartbeats)
             if not all(p.is_alive() for p in self.learners):
                 if not self._restart_learners():
                     return self._shutdown()
@@ -216,19 +216,6 @@ class Cluster:
                     self.restarts[i] = self.restarts.get(i, 0) + 1
                     log.warning("restarting actor-%d (restart %d of %d)", i, self.restarts[i], self.max_restarts)
                     self._start_actor(i)
-
-    def _kill_silent_learners(self) -> None:
-        """A learner process whose heartbeat stopped (SIGSTOP, a frozen process: its own watchdog cannot run
-        either) is killed, one line saying so; the restart policy then decides. A learner stuck in a call while
-        its process runs is its own watchdog's (run.watchdog_s)."""
-        now = time.monotonic()
-        for proc, heartbeat in zip(self.learners, self.heartbeats):
-            beat = heartbeat.value
-            if beat and now - beat > LEARNER_SILENT_S and proc.is_alive():
-                log.error("the learner (%s) gave no sign of life for %.0fs: stopped or frozen; killing it",
-                          proc.name, now - beat)
-                proc.kill()
-                proc.join(5.0)
 
     def _refusal(self, name: str) -> str:
         """The reason the actor gave before exiting (it put it on the queue before it exited)."""

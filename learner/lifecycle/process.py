@@ -44,7 +44,7 @@ class ParentWatch:
 
     The same thread beats `heartbeat` (the launcher's shared double: time.monotonic() at each poll), so the
     launcher can tell a learner process that runs from one stopped whole (SIGSTOP), which the learner's own
-    watchdog, a thread of the same process, cannot see (launcher/cluster.py kills it, then restarts it)."""
+    watchdog, a thread of the same process, cannot see (launcher/heartbeats.py kills it, then it is restarted)."""
 
     def __init__(self, parent_pid: int, stop: Stop, grace_s: float = PARENT_GRACE_S, every_s: float = 0.5,
                  heartbeat=None):
