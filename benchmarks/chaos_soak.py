@@ -6,8 +6,9 @@
 One CartPole run as in benchmarks/chaos.py (2 actors x 4 envs, 2 collector processes, a checkpoint every 5
 updates, on a tmpfs when root may mount one, for disk-full), with a step budget that it reaches after about
 --minutes: a calibration run without faults measures the steps per second first. After the first minute of
-training, and then every --gap-s seconds (drawn at random between its bounds), one fault drawn at random is
-injected, and the soak waits for the run to train with every env slot again (chaos.py's deadlines). No person
+training, and then every --gap-s seconds (drawn at random between its bounds), the next fault of a shuffled
+deck of them all is injected (every fault once, in a random order, before any comes again), and the soak
+waits for the run to train with every env slot again (chaos.py's deadlines). No person
 acts: the run is never started again from here; if it ends before its budget, the soak says so and fails.
 
 About one fault in three ends the learner, so launch.py's --max-learner-restarts is raised for the soak's run
@@ -86,6 +87,12 @@ def inject(run: Run, name: str, row: Row) -> bool:
     return lost
 
 
+def shuffled_forever(names: list[str], rng: random.Random):
+    """Every fault once in a random order, then again in another, and so on: none left out by chance."""
+    while True:
+        yield from rng.sample(names, len(names))
+
+
 def server_rss_mb(run: Run) -> float:
     return round(sum(read_rss_mb(p) or 0.0 for p in run.server_pids() if p), 1)
 
@@ -104,6 +111,7 @@ def main(argv=None) -> int:
         p.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
     gap_lo, gap_hi = (float(x) for x in args.gap_s.split(","))
     rng = random.Random(args.seed)
+    deck = shuffled_forever(names, rng)
     base = Path(tempfile.mkdtemp(prefix="soak-"))
     (base / "fs").mkdir()
     no_tmpfs = mount_tmpfs(base / "fs", size_mb=512)
@@ -130,7 +138,7 @@ def main(argv=None) -> int:
         time.sleep(args.first_after_s)  # training before the first fault (the steady state's start)
         memory["start"] = server_rss_mb(run)
         while time.monotonic() < end_of_faults and run.live() and run.last()["env_steps"] < 0.95 * budget:
-            name, at = rng.choice(names), round((time.monotonic() - started) / 60, 1)
+            name, at = next(deck), round((time.monotonic() - started) / 60, 1)
             row = Row(name)
             lost += inject(run, name, row)
             rows.append(row)

@@ -6,9 +6,8 @@ import pytest
 
 from tests.integration.cluster import ROOT
 
-pytestmark = pytest.mark.integration
 
-
+@pytest.mark.integration
 def test_a_short_soak_recovers_every_fault_and_the_run_reaches_its_budget():
     cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "1.2", "--faults", "kill-actor,ghost,greedy",
            "--gap-s", "2,4", "--first-after-s", "5", "--calibration-s", "10", "--seed", "1"]
@@ -18,3 +17,16 @@ def test_a_short_soak_recovers_every_fault_and_the_run_reaches_its_budget():
     assert "checkpoints lost: 0" in out and ", exit 0" in out, out[-1500:]
     injected = int(out.split("faults injected: ")[1].split()[0])
     assert injected >= 1 and f"recovered without a person: {injected} of {injected}" in out, out[-1500:]
+
+
+def test_the_deck_deals_every_fault_once_before_any_again():
+    import random
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from chaos_soak import shuffled_forever
+    names = ["kill-actor", "stop-learner", "flood", "disk-full", "ghost"]
+    deck = shuffled_forever(names, random.Random(3))
+    dealt = [next(deck) for _ in range(4 * len(names))]
+    for k in range(4):
+        assert sorted(dealt[k * len(names):(k + 1) * len(names)]) == sorted(names)
+    assert len({tuple(dealt[k * 5:(k + 1) * 5]) for k in range(4)}) > 1  # shuffled anew, not one order repeated
