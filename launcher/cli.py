@@ -46,17 +46,6 @@ class HelpConfig(argparse.Action):
         parser.exit(0)
 
 
-def count(text: str) -> int:
-    """A whole number >= 0 (argparse type): a restart limit."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative: 0 means none")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     keys = "\n".join(f"  {key:<28} {default!r:<24} {doc}" for key, default, doc in field_docs())
     p = argparse.ArgumentParser(
@@ -85,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learners", type=int, default=None,
                    help="learner ranks on this host, data-parallel over torch.distributed (default: cluster.learners, 1); "
                         "under torchrun or srun each worker is one rank instead")
-    p.add_argument("--max-restarts", type=count, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
-    p.add_argument("--max-learner-restarts", type=count, default=3,
+    p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
+    p.add_argument("--max-learner-restarts", type=int, default=3,
                    help="restarts of a learner that ended abnormally (crash, kill -9, a hung collector), each from its "
                         "newest checkpoint, before the run ends with an error; 0: none (default: %(default)s)")
     return p
