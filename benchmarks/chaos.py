@@ -420,14 +420,16 @@ def print_row(row: Row) -> None:
     print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
 
 
-def run_fault(run: Run, name: str, row: Row) -> bool:
-    """Inject one fault; True when a checkpoint was lost meanwhile."""
-    ready(run)
+def run_fault(run: Run, name: str, row: Row, settle=None) -> bool:
+    """Inject one fault; True when a checkpoint was lost meanwhile. settle(run), before and after: the run trains
+    with every env slot (default ready(): started again if a fault ended it)."""
+    settle = settle or ready
+    settle(run)
     kept = newest_checkpoint(run.run_dir)
     run.take_peak()
     try:
         FAULTS[name](run, row)
-        ready(run)
+        settle(run)
         row.survived = True
     except Failed as exc:
         row.note = f"{row.note}; {exc}".strip("; ")

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from chaos import (FAULTS, RUN_SETTINGS, Failed, Row, Run, mount_tmpfs, newest_checkpoint, print_row,  # noqa: E402
+from chaos import (FAULTS, RUN_SETTINGS, Failed, Row, Run, mount_tmpfs, print_row, run_fault,  # noqa: E402
                    wait)
 from procfs import read_rss_mb  # noqa: E402
 
@@ -68,23 +68,6 @@ def steady(run: Run) -> None:
     wait(lambda: run.trained_after(u) or not run.live(), "update with every env slot", time.monotonic(), timeout=120)
     if not run.live():
         raise Failed(f"the run ended (exit {run.proc.returncode}) before its budget")
-
-
-def inject(run: Run, name: str, row: Row) -> bool:
-    """One fault, as chaos.run_fault but never starting the run again; True when a checkpoint was lost."""
-    steady(run)
-    kept = newest_checkpoint(run.run_dir)
-    run.take_peak()
-    try:
-        FAULTS[name](run, row)
-        steady(run)
-        row.survived = True
-    except Failed as exc:
-        row.note = f"{row.note}; {exc}".strip("; ")
-    row.memory_peak_mb = run.take_peak()
-    lost = newest_checkpoint(run.run_dir) < kept
-    row.survived = row.survived and not lost
-    return lost
 
 
 def shuffled_forever(names: list[str], rng: random.Random):
@@ -140,7 +123,7 @@ def main(argv=None) -> int:
         while time.monotonic() < end_of_faults and run.live() and run.last()["env_steps"] < 0.95 * budget:
             name, at = next(deck), round((time.monotonic() - started) / 60, 1)
             row = Row(name)
-            lost += inject(run, name, row)
+            lost += run_fault(run, name, row, settle=steady)  # never started again from here
             rows.append(row)
             print(f"| {at} ", end="")
             print_row(row)
