@@ -17,10 +17,15 @@ BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 o
 
 def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
              new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-             entropy: torch.Tensor, cfg: PPOConfig, beta: float | None = None
-             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+             entropy: torch.Tensor, cfg: PPOConfig, beta: float | None = None,
+             start_logprob: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
     there, so that reading them is one host sync per update, not one per statistic and minibatch).
+
+    start_logprob (policy lag): the log-probabilities under the policy this update started from. The ratio
+    stays against old_logprob (the behaviour policy's, exact); approx_kl and approx_kl_sq, which the adaptive
+    rate and target_kl read, measure this update's own steps against the start policy, and `behaviour_kl`
+    reports the KL against the behaviour policy (lag's distance included).
 
     KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
     drawn from pi_old its mean is an unbiased estimate of KL(pi_old || pi), and so is its gradient;
@@ -52,9 +57,13 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     entropy_mean = entropy.mean()
     loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
     with torch.no_grad():
+        step_logratio = logratio if start_logprob is None else new_logprob - start_logprob
         stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
-                     approx_kl=kl.mean(), approx_kl_sq=0.5 * logratio.pow(2).mean(), clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(),
-                     loss=loss.detach())
+                     approx_kl=((step_logratio.exp() - 1) - step_logratio).mean(),
+                     approx_kl_sq=0.5 * step_logratio.pow(2).mean(),
+                     clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(), loss=loss.detach())
+        if start_logprob is not None:
+            stats["behaviour_kl"] = kl.mean()
     return loss, stats
 
 
@@ -110,7 +119,10 @@ class PPOUpdater:
 
     policy_lag: each batch was collected by the weights one update older than those the update starts from.
     The PPO ratio stays against the stored behaviour log-probabilities (exact); the value clip is anchored at
-    the critic the update starts from (_start_values), as without lag.
+    the critic the update starts from, as without lag, and the KL that the adaptive rate and target_kl read
+    is measured against the policy the update starts from (_start_outputs): against the behaviour policy it
+    would count the lag's distance as a step the update took, and hold the rate down (measured on pong-fast,
+    docs/results/2026-11-26-2core-cpu-pong-fast-lag1-seed1-partial/).
 
     batch_checksum: also report the float64 sum of the observations the update read, taken after its
     last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
@@ -128,7 +140,8 @@ class PPOUpdater:
         self.value_norm = value_norm  # shared with Inference, which de-normalizes the critic's outputs
         self.beta = cfg.kl_beta
         self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
-        self.loss_keys = STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())  # what ppo_loss reports
+        self.loss_keys = (STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())
+                          + (("behaviour_kl",) if policy_lag else ()))  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
 
     def _autocast(self):
@@ -171,14 +184,26 @@ class PPOUpdater:
         return {**batch, "values": vn.normalize(batch["values"]), "returns": vn.normalize(batch["returns"])}
 
     @torch.no_grad()
-    def _start_values(self, obs: torch.Tensor) -> torch.Tensor:
-        """Policy lag, value clipping: the clip's anchor is the critic this update starts from, as without lag
-        (the batch's values are the lagged critic's, one update older: anchored there the critic could move
-        only one clip range per two updates). In return units, like the batch's values: the outputs
-        de-normalized with the statistics they were trained against (this batch's returns not yet folded in)."""
-        chunks = torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches)
-        out = torch.cat([self.model.value(obs[idx]) for idx in chunks]).float()
-        return out if self.value_norm is None else self.value_norm.denormalize(out)
+    def _start_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Policy lag: the batch with what the policy this update starts from gives its samples (one pass, in
+        the update's precision, minibatch-sized chunks).
+        - start_logprobs: the KL of the update's own steps is measured against them (see ppo_loss).
+        - values (with value clipping): the clip's anchor is the critic this update starts from, as without
+          lag (the batch's values are the lagged critic's, one update older: anchored there the critic could
+          move only one clip range per two updates). In return units, like the batch's values: the outputs
+          de-normalized with the statistics they were trained against (this batch's returns not yet folded in)."""
+        obs, actions = batch["obs"], batch["actions"]
+        logprobs, values = [], []
+        for idx in torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches):
+            with self._autocast():
+                logprob, _, value = self.model.evaluate(obs[idx], actions[idx])
+            logprobs.append(logprob.float())
+            values.append(value.float())
+        out = {**batch, "start_logprobs": torch.cat(logprobs)}
+        if self.cfg.clip_vloss:
+            value = torch.cat(values)
+            out["values"] = value if self.value_norm is None else self.value_norm.denormalize(value)
+        return out
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
@@ -196,8 +221,8 @@ class PPOUpdater:
         counts = self.ranks.gather_ints(n)  # every rank's samples: the weights of its minibatch gradients
         lr = self.learning_rate(progress)
         self._set_lr(lr)
-        if self.policy_lag and cfg.clip_vloss and n:
-            batch = {**batch, "values": self._start_values(obs)}
+        if self.policy_lag and n:
+            batch = self._start_outputs(batch)
         if self.value_norm is not None:
             batch = self._normalize_values(batch)
         self.model.train()
@@ -297,8 +322,10 @@ class PPOUpdater:
             with self._autocast():
                 new_logprob, entropy, new_values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
             old_logprob = batch["logprobs"][idx]
+            start = batch["start_logprobs"][idx] if "start_logprobs" in batch else None
             loss, stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
-                                   batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta)
+                                   batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta,
+                                   start_logprob=start)
             if first is not None:
                 # Sanity check: before any step the policy is the one that collected the data.
                 with torch.no_grad():

@@ -101,9 +101,10 @@ def documented_fields() -> set[str]:
 
 
 def every_line_kind(tmp_path: Path) -> list[dict]:
-    """A line of each kind a run can write: the clip variant with value normalization, batch checksums,
-    evaluation and two ranks and the collection's breakdown; the KL variant; a collect-only update."""
-    clip = make_updater(PPOConfig(update_epochs=2), value_norm=ValueNormalizer(), batch_checksum=True)
+    """A line of each kind a run can write: the clip variant with value normalization, policy lag, batch
+    checksums, evaluation and two ranks and the collection's breakdown; the KL variant; a collect-only update."""
+    clip = make_updater(PPOConfig(update_epochs=2), value_norm=ValueNormalizer(), batch_checksum=True,
+                        policy_lag=True)
     kl = make_updater(PPOConfig(variant="kl"))
     kinds = [(quiet_config("eval.every=1", "run.batch_checksum=true"), clip, update_stats(clip), TWO_RANKS),
              (quiet_config(), kl, update_stats(kl), ONE_RANK), (quiet_config(), kl, {"update_s": 0.0}, ONE_RANK)]

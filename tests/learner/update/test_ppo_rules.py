@@ -265,3 +265,26 @@ def test_policy_reports_de_normalized_values():
     assert np.asarray(policy.act([obs]).values, dtype=np.float64) == pytest.approx(raw * std + mean, rel=1e-5)
     plain = Inference(model, SpaceSpec(kind="discrete", n=3), torch.device("cpu"), None, seed=0)
     assert plain.value(obs).double().numpy() == pytest.approx(raw, rel=1e-6)
+
+
+def test_with_policy_lag_the_adaptive_rate_reads_the_kl_of_the_updates_own_steps():
+    """Issue 40: a lagged batch's log-probabilities are an older policy's. The ratio stays against them, but
+    the KL the adaptive rate reads is against the policy the update starts from: before its first step that
+    KL is 0, so the rate speeds up (against the behaviour policy, the lag's distance would slow it down), and
+    the behaviour policy's KL is reported as behaviour_kl."""
+    model = make_model()
+    batch = make_batch(model, n=32)
+    noise = 0.4 * torch.randn(32, generator=torch.Generator().manual_seed(2))
+    batch["logprobs"] = batch["logprobs"] + noise  # as if collected by another policy, far from this one
+    with torch.no_grad():
+        logratio = (model.evaluate(batch["obs"], batch["actions"])[0] - batch["logprobs"]).double()
+    lag_kl = float(((logratio.exp() - 1) - logratio).mean())
+    assert lag_kl > 0.02  # the old rule would divide the rate by 1.5
+    cfg = PPOConfig(lr_schedule="adaptive", learning_rate=1e-3, lr_kl_threshold=0.01, update_epochs=1,
+                    num_minibatches=1, lr_adapt_every="minibatch")
+    updater = PPOUpdater(model, cfg, "cpu", policy_lag=True)
+    stats = updater.update(batch, progress=0.0)
+    assert stats["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["behaviour_kl"] == pytest.approx(lag_kl, rel=1e-5)
+    assert updater.lr == pytest.approx(1.5e-3, rel=1e-12)
+    assert "behaviour_kl" not in PPOUpdater(make_model(), cfg, "cpu").update(make_batch(make_model()), 0.0)
