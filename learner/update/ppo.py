@@ -22,10 +22,14 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
     there, so that reading them is one host sync per update, not one per statistic and minibatch).
 
-    start_logprob (policy lag): the log-probabilities under the policy this update started from. The ratio
-    stays against old_logprob (the behaviour policy's, exact); approx_kl and approx_kl_sq, which the adaptive
-    rate and target_kl read, measure this update's own steps against the start policy, and `behaviour_kl`
-    reports the KL against the behaviour policy (lag's distance included).
+    start_logprob (policy lag): the log-probabilities under the policy this update started from (the proximal
+    policy). The clipped objective is then PPO's decoupled form (Hilton et al. 2021, "Batch size-invariance for
+    policy optimization"): the clip is centred on the start policy, r = pi / pi_start, and each sample is
+    weighted by pi_start / pi_behaviour, so that the unclipped objective is still exactly pi / pi_behaviour x A.
+    Clipped against the behaviour policy, a sample the lag had already moved past the clip range would give no
+    gradient at all. approx_kl, approx_kl_sq and clip_fraction, which the adaptive rate and target_kl read,
+    measure this update's own steps; `behaviour_kl` reports the KL against the behaviour policy. Without lag
+    (start_logprob None, or equal to old_logprob) this is PPO as CleanRL writes it.
 
     KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
     drawn from pi_old its mean is an unbiased estimate of KL(pi_old || pi), and so is its gradient;
@@ -44,9 +48,14 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         penalty = beta * kl.mean()
         pg_loss = -(ratio * advantages).mean() + penalty
         stats["kl_penalty"] = penalty.detach()
-    else:
+    elif start_logprob is None:
         clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
         pg_loss = torch.max(-advantages * ratio, -advantages * clipped).mean()
+    else:  # the decoupled objective: clip around the start policy, weight by start / behaviour
+        step_ratio = (new_logprob - start_logprob).exp()
+        clipped = step_ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+        weight = (start_logprob - old_logprob).exp()
+        pg_loss = (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
 
     if cfg.clip_vloss:
         v_clipped = old_values + (new_values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -58,10 +67,10 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
     with torch.no_grad():
         step_logratio = logratio if start_logprob is None else new_logprob - start_logprob
+        step_ratio = step_logratio.exp()
         stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
-                     approx_kl=((step_logratio.exp() - 1) - step_logratio).mean(),
-                     approx_kl_sq=0.5 * step_logratio.pow(2).mean(),
-                     clip_fraction=((ratio - 1).abs() > cfg.clip_coef).float().mean(), loss=loss.detach())
+                     approx_kl=((step_ratio - 1) - step_logratio).mean(), approx_kl_sq=0.5 * step_logratio.pow(2).mean(),
+                     clip_fraction=((step_ratio - 1).abs() > cfg.clip_coef).float().mean(), loss=loss.detach())
         if start_logprob is not None:
             stats["behaviour_kl"] = kl.mean()
     return loss, stats
@@ -118,11 +127,11 @@ class PPOUpdater:
     like CleanRL's, is the mean over minibatches of the KL before each step, and stays as reported.)
 
     policy_lag: each batch was collected by the weights one update older than those the update starts from.
-    The PPO ratio stays against the stored behaviour log-probabilities (exact); the value clip is anchored at
-    the critic the update starts from, as without lag, and the KL that the adaptive rate and target_kl read
-    is measured against the policy the update starts from (_start_outputs): against the behaviour policy it
-    would count the lag's distance as a step the update took, and hold the rate down (measured on pong-fast,
-    docs/results/2026-11-26-2core-cpu-pong-fast-lag1-seed1-partial/).
+    The objective stays exact against the stored behaviour log-probabilities, in PPO's decoupled form (see
+    ppo_loss): the policy clip, the value clip and the KL that the adaptive rate and target_kl read are all
+    centred on the policy the update starts from (_start_outputs). Centred on the behaviour policy they would
+    count the lag's distance as a step the update took: the rate held down, a third of the samples clipped
+    before any step (measured on pong-fast, docs/results/2026-11-26-2core-cpu-pong-fast-lag1-seed1-partial/).
 
     batch_checksum: also report the float64 sum of the observations the update read, taken after its
     last epoch (a debug hook: tests check that the update trained on the rollout that was collected).

@@ -10,7 +10,7 @@ from learner.config import ConfigError, PPOConfig, from_dict, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import RunningMeanStd, ValueNormalizer
 from learner.collection.inference import Inference
-from learner.update.ppo import PPOUpdater, adaptive_lr
+from learner.update.ppo import PPOUpdater, adaptive_lr, ppo_loss
 from protocol.spaces import SpaceSpec
 from tests.learner.update.test_ppo_loss import make_batch, make_model
 
@@ -288,3 +288,22 @@ def test_with_policy_lag_the_adaptive_rate_reads_the_kl_of_the_updates_own_steps
     assert stats["behaviour_kl"] == pytest.approx(lag_kl, rel=1e-5)
     assert updater.lr == pytest.approx(1.5e-3, rel=1e-12)
     assert "behaviour_kl" not in PPOUpdater(make_model(), cfg, "cpu").update(make_batch(make_model()), 0.0)
+
+
+def test_with_policy_lag_the_policy_clip_is_centred_on_the_start_policy_and_weighted_back_to_the_behaviour():
+    """Issue 40: the decoupled objective (Hilton et al. 2021) by hand: mean of w x max(-A r, -A clip(r)) with
+    r = pi / pi_start and w = pi_start / pi_behaviour; with the start policy equal to the behaviour policy it
+    is the usual clipped loss, to the bit."""
+    g = torch.Generator().manual_seed(3)
+    new, old, start, adv = (torch.randn(64, generator=g, dtype=torch.float64) * s for s in (0.3, 0.3, 0.3, 1.0))
+    values = torch.zeros(64, dtype=torch.float64)
+    cfg = PPOConfig(clip_coef=0.2, norm_adv=False, clip_vloss=False, ent_coef=0.0, vf_coef=0.0)
+    loss, stats = ppo_loss(new, old, adv, values, values, values, values, cfg, start_logprob=start)
+    r, w, a = (new - start).exp().numpy(), (start - old).exp().numpy(), adv.numpy()
+    expected = np.mean(w * np.maximum(-a * r, -a * np.clip(r, 0.8, 1.2)))
+    assert float(loss) == pytest.approx(expected, rel=1e-12)
+    assert float(stats["clip_fraction"]) == pytest.approx(np.mean(np.abs(r - 1) > 0.2))
+    assert float(stats["approx_kl"]) == pytest.approx(np.mean((r - 1) - np.log(r)), rel=1e-12)
+    plain, plain_stats = ppo_loss(new, old, adv, values, values, values, values, cfg)
+    same, same_stats = ppo_loss(new, old, adv, values, values, values, values, cfg, start_logprob=old)
+    assert float(same) == float(plain) and float(same_stats["clip_fraction"]) == float(plain_stats["clip_fraction"])
