@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "under torchrun or srun each worker is one rank instead")
     p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
     p.add_argument("--max-learner-restarts", type=int, default=3,
-                   help="restarts of a learner that ended abnormally (crash, kill -9, a hung collector), each from its "
-                        "newest checkpoint, before the run ends with an error; 0: none (default: %(default)s)")
+                   help="restarts within any hour of a learner that ended abnormally (crash, kill -9, a hung collector), "
+                        "each from its newest checkpoint, before the run ends with an error; 0: none (default: %(default)s)")
     return p
 
 

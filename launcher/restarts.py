@@ -1,8 +1,10 @@
 """When launch.py restarts a learner that ended abnormally, and when it stops trying (issue 43).
 
 torchrun restarts a failed job from its checkpoint at most --max-restarts times; launch.py does the same for its
-learner (a crash, kill -9, a collector that hung or died, the watchdog): at most `limit` restarts in a run, each
-after a back-off that doubles with every restart of the last `window_s` (1 s, 2 s, 4 s ... at most `cap_s`).
+learner (a crash, kill -9, a collector that hung or died, the watchdog): at most `limit` restarts within any
+`limit_window_s` (an hour; systemd's StartLimitBurst over StartLimitIntervalSec), so that a night's sporadic
+faults never use the limit up while a learner that keeps dying still ends the run; each restart after a back-off
+that doubles with every restart of the last `window_s` (1 s, 2 s, 4 s ... at most `cap_s`).
 A fault that repeats at once does not loop: a learner that refused to start (exit 2: a bad config, no usable
 checkpoint) is never restarted, and `repeats` ends in a row before a single new update (a corrupt state, a
 fault in start-up) stop the restarts. A full disk is waited out before a restart (DiskSpace), not counted.
@@ -44,11 +46,18 @@ def cause(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def span(seconds: float) -> str:
+    """A window in words: 'an hour', '10 min', '90 s'."""
+    if seconds == 3600:
+        return "an hour"
+    return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
+
+
 class RestartPolicy:
     def __init__(self, limit: int, clock=time.monotonic, first_s: float = 1.0, cap_s: float = 60.0,
-                 window_s: float = 600.0, repeats: int = 2):
+                 window_s: float = 600.0, repeats: int = 2, limit_window_s: float = 3600.0):
         self.limit, self.clock, self.first_s, self.cap_s = limit, clock, first_s, cap_s
-        self.window_s, self.repeats = window_s, repeats
+        self.window_s, self.repeats, self.limit_window_s = window_s, repeats, limit_window_s
         self.used = 0  # restarts so far
         self.streak = 0  # abnormal ends in a row without a new update (the first start's included)
         self.times: list[float] = []  # when each restart was decided
@@ -61,13 +70,19 @@ class RestartPolicy:
         if self.streak >= self.repeats:
             return Verdict(False, why=f"it ended {self.streak} times in a row before completing an update: "
                                       "the fault repeats at once")
-        if self.used >= self.limit:
-            return Verdict(False, why=f"restart limit reached ({self.limit}, --max-learner-restarts)")
         now = self.clock()
+        if self.in_limit_window(now) >= self.limit:
+            return Verdict(False, why=f"restart limit reached ({self.limit} within {span(self.limit_window_s)}, "
+                                      "--max-learner-restarts)")
         recent = sum(1 for t in self.times if now - t < self.window_s)
         self.used += 1
         self.times.append(now)
         return Verdict(True, delay_s=min(self.first_s * 2 ** recent, self.cap_s))
+
+    def in_limit_window(self, now: float | None = None) -> int:
+        """The restarts decided within the last limit_window_s (the one deciding now not counted yet)."""
+        now = self.clock() if now is None else now
+        return sum(1 for t in self.times if now - t < self.limit_window_s)
 
 
 def last_update(path: Path) -> int:
@@ -150,8 +165,9 @@ class LearnerRestarts:
             log.log(level, "the learner (%s) %s after update %d; not restarting it: %s", name, cause(exitcode),
                     reached, verdict.why)
             return None
-        log.warning("the learner (%s) %s after update %d: restart %d of %d, from its newest checkpoint, "
-                    "in %gs", name, cause(exitcode), reached, self.policy.used, self.policy.limit, verdict.delay_s)
+        log.warning("the learner (%s) %s after update %d: restart %d of %d within %s (%d in all), from its "
+                    "newest checkpoint, in %gs", name, cause(exitcode), reached, self.policy.in_limit_window(),
+                    self.policy.limit, span(self.policy.limit_window_s), self.policy.used, verdict.delay_s)
         return verdict
 
     def wait(self, verdict: Verdict) -> bool:

@@ -108,6 +108,6 @@ def test_a_full_disk_that_stopped_the_learner_is_waited_out_and_training_goes_on
     assert proc.returncode == 0, text[-3000:]
     assert text.count("waiting for space before the restart") == 1, text[-3000:]
     assert "has room again: restarting the learner" in text, text[-3000:]
-    assert "restart 1 of 3, from its newest checkpoint" in text, text[-3000:]
+    assert "restart 1 of 3 within an hour (1 in all), from its newest checkpoint" in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
     assert_session_gone(proc.pid)

@@ -164,3 +164,20 @@ def test_room_on_the_disk_means_no_wait_beyond_the_back_off(caplog):
     with caplog.at_level("INFO", logger="launch"):
         assert restarts.wait(verdict)
     assert set(slept) == {0.1} and 1.0 - 1e-9 <= sum(slept) < 1.1 + 1e-9 and not caplog.records
+
+
+def test_the_limit_counts_the_restarts_of_the_last_hour_so_a_nights_sporadic_faults_never_use_it_up():
+    clock = Clock()
+    policy = RestartPolicy(limit=3, clock=clock)
+    for _ in range(10):  # one fault every 25 minutes for over four hours: each restarted
+        assert policy.decide(1, progressed=True).restart
+        clock.now += 1500
+    assert policy.used == 10
+    clock.now += 3600
+    for _ in range(3):  # then three within minutes: the limit's three
+        assert policy.decide(1, progressed=True).restart
+        clock.now += 60
+    verdict = policy.decide(1, progressed=True)
+    assert not verdict.restart and "restart limit reached (3 within an hour" in verdict.why
+    clock.now += 3600  # an hour later the limit has room again
+    assert policy.decide(1, progressed=True).restart
