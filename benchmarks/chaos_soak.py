@@ -120,7 +120,8 @@ def main(argv=None) -> int:
         steady(run)  # Failed here: the run never trained; the summary says so
         time.sleep(args.first_after_s)  # training before the first fault (the steady state's start)
         memory["start"] = server_rss_mb(run)
-        while time.monotonic() < end_of_faults and run.live() and run.last()["env_steps"] < 0.95 * budget:
+        # the first fault comes even when reaching the steady state took past end_of_faults (a loaded machine)
+        while (not rows or time.monotonic() < end_of_faults) and run.live() and run.last()["env_steps"] < 0.95 * budget:
             name, at = next(deck), round((time.monotonic() - started) / 60, 1)
             row = Row(name)
             lost += run_fault(run, name, row, settle=steady)  # never started again from here
