@@ -159,6 +159,8 @@ class PPOConfig(BaseModel):
     """surrogate clipping range"""
     clip_vloss: bool = True
     """clip the value loss with clip_coef around the old values"""
+    lag_decoupled: bool = False
+    """run.policy_lag = 1 only: PPO's decoupled objective (Hilton et al. 2021): the policy clip centred on the policy the update starts from, each sample weighted by pi_start / pi_behaviour (unbounded; pong-fast learned far better with it, Pendulum with lag missed -400 within 300k steps); false: clipped around the behaviour policy"""
     vf_coef: Coef = 0.5
     """value loss coefficient"""
     ent_coef: Coef = 0.01

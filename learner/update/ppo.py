@@ -23,7 +23,7 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     there, so that reading them is one host sync per update, not one per statistic and minibatch).
 
     start_logprob (policy lag): the log-probabilities under the policy this update started from (the proximal
-    policy). The clipped objective is then PPO's decoupled form (Hilton et al. 2021, "Batch size-invariance for
+    policy). With ppo.lag_decoupled the clipped objective is PPO's decoupled form (Hilton et al. 2021, "Batch size-invariance for
     policy optimization"): the clip is centred on the start policy, r = pi / pi_start, and each sample is
     weighted by pi_start / pi_behaviour, so that the unclipped objective is still exactly pi / pi_behaviour x A.
     Clipped against the behaviour policy, a sample the lag had already moved past the clip range would give no
@@ -48,7 +48,7 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         penalty = beta * kl.mean()
         pg_loss = -(ratio * advantages).mean() + penalty
         stats["kl_penalty"] = penalty.detach()
-    elif start_logprob is None:
+    elif start_logprob is None or not cfg.lag_decoupled:
         clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
         pg_loss = torch.max(-advantages * ratio, -advantages * clipped).mean()
     else:  # the decoupled objective: clip around the start policy, weight by start / behaviour
@@ -68,9 +68,10 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     with torch.no_grad():
         step_logratio = logratio if start_logprob is None else new_logprob - start_logprob
         step_ratio = step_logratio.exp()
+        clip_ratio = step_ratio if cfg.lag_decoupled else ratio  # around what the clip is centred
         stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
                      approx_kl=((step_ratio - 1) - step_logratio).mean(), approx_kl_sq=0.5 * step_logratio.pow(2).mean(),
-                     clip_fraction=((step_ratio - 1).abs() > cfg.clip_coef).float().mean(), loss=loss.detach())
+                     clip_fraction=((clip_ratio - 1).abs() > cfg.clip_coef).float().mean(), loss=loss.detach())
         if start_logprob is not None:
             stats["behaviour_kl"] = kl.mean()
     return loss, stats

@@ -297,8 +297,12 @@ def test_with_policy_lag_the_policy_clip_is_centred_on_the_start_policy_and_weig
     g = torch.Generator().manual_seed(3)
     new, old, start, adv = (torch.randn(64, generator=g, dtype=torch.float64) * s for s in (0.3, 0.3, 0.3, 1.0))
     values = torch.zeros(64, dtype=torch.float64)
-    cfg = PPOConfig(clip_coef=0.2, norm_adv=False, clip_vloss=False, ent_coef=0.0, vf_coef=0.0)
+    cfg = PPOConfig(clip_coef=0.2, norm_adv=False, clip_vloss=False, ent_coef=0.0, vf_coef=0.0, lag_decoupled=True)
     loss, stats = ppo_loss(new, old, adv, values, values, values, values, cfg, start_logprob=start)
+    behaviour, _ = ppo_loss(new, old, adv, values, values, values, values, cfg.model_copy(update={"lag_decoupled": False}),
+                            start_logprob=start)
+    ratio = (new - old).exp().numpy()
+    assert float(behaviour) == pytest.approx(np.mean(np.maximum(-adv.numpy() * ratio, -adv.numpy() * np.clip(ratio, 0.8, 1.2))), rel=1e-12)
     r, w, a = (new - start).exp().numpy(), (start - old).exp().numpy(), adv.numpy()
     expected = np.mean(w * np.maximum(-a * r, -a * np.clip(r, 0.8, 1.2)))
     assert float(loss) == pytest.approx(expected, rel=1e-12)
