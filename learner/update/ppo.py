@@ -27,8 +27,9 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     policy optimization"): the clip is centred on the start policy, r = pi / pi_start, and each sample is
     weighted by pi_start / pi_behaviour, so that the unclipped objective is still exactly pi / pi_behaviour x A.
     Clipped against the behaviour policy, a sample the lag had already moved past the clip range would give no
-    gradient at all. approx_kl, approx_kl_sq and clip_fraction, which the adaptive rate and target_kl read,
-    measure this update's own steps; `behaviour_kl` reports the KL against the behaviour policy. Without lag
+    gradient at all. approx_kl and approx_kl_sq, which the adaptive rate and target_kl read, measure this
+    update's own steps; clip_fraction counts around whichever policy the clip is centred on; `behaviour_kl`
+    reports the KL against the behaviour policy. Without lag
     (start_logprob None, or equal to old_logprob) this is PPO as CleanRL writes it.
 
     KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
@@ -128,11 +129,11 @@ class PPOUpdater:
     like CleanRL's, is the mean over minibatches of the KL before each step, and stays as reported.)
 
     policy_lag: each batch was collected by the weights one update older than those the update starts from.
-    The objective stays exact against the stored behaviour log-probabilities, in PPO's decoupled form (see
-    ppo_loss): the policy clip, the value clip and the KL that the adaptive rate and target_kl read are all
-    centred on the policy the update starts from (_start_outputs). Centred on the behaviour policy they would
-    count the lag's distance as a step the update took: the rate held down, a third of the samples clipped
-    before any step (measured on pong-fast, docs/results/2026-11-26-2core-cpu-pong-fast-lag1-seed1-partial/).
+    The objective stays exact against the stored behaviour log-probabilities. The value clip and the KL that the
+    adaptive rate and target_kl read are centred on the policy the update starts from (_start_outputs), and so is
+    the policy clip with ppo.lag_decoupled (see ppo_loss). Centred on the behaviour policy they count the lag's
+    distance as a step the update took: the rate held down, a third of the samples clipped before any step
+    (measured on pong-fast, docs/results/2026-11-26-2core-cpu-pong-fast-lag1-seed1-partial/).
 
     batch_checksum: also report the float64 sum of the observations the update read, taken after its
     last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
