@@ -49,14 +49,8 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         penalty = beta * kl.mean()
         pg_loss = -(ratio * advantages).mean() + penalty
         stats["kl_penalty"] = penalty.detach()
-    elif start_logprob is None or not cfg.lag_decoupled:
-        clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
-        pg_loss = torch.max(-advantages * ratio, -advantages * clipped).mean()
-    else:  # the decoupled objective: clip around the start policy, weight by start / behaviour
-        step_ratio = (new_logprob - start_logprob).exp()
-        clipped = step_ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
-        weight = (start_logprob - old_logprob).exp()
-        pg_loss = (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
+    else:
+        pg_loss = _clipped_policy_loss(new_logprob, old_logprob, start_logprob, ratio, advantages, cfg)
 
     if cfg.clip_vloss:
         v_clipped = old_values + (new_values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -76,6 +70,19 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         if start_logprob is not None:
             stats["behaviour_kl"] = kl.mean()
     return loss, stats
+
+
+def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, start_logprob: torch.Tensor | None,
+                         ratio: torch.Tensor, advantages: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
+    """PPO's clipped surrogate; with ppo.lag_decoupled and a start policy, its decoupled form: the clip
+    around the start policy, each sample weighted by pi_start / pi_behaviour."""
+    if start_logprob is None or not cfg.lag_decoupled:
+        clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+        return torch.max(-advantages * ratio, -advantages * clipped).mean()
+    step_ratio = (new_logprob - start_logprob).exp()
+    clipped = step_ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+    weight = (start_logprob - old_logprob).exp()
+    return (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
 
 
 def _split_sizes(n: int, parts: int) -> list[int]:
