@@ -222,7 +222,7 @@ class Learner:
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
                                    heap=UpdateHeap.for_update_on(device))
-        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
+        self.width, self.idle_said, self.finished, self.served_early = 0, time.monotonic(), False, False
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
@@ -283,7 +283,8 @@ class Learner:
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
             self.serial.close()
-            rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"])
+            rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"],
+                                              go_on=None if lagging is None else self._serve_lagging)
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
@@ -339,6 +340,19 @@ class Learner:
             log.info("rollout width now %d env slots (was %d)", width, self.width)
         self.width = width
 
+    def _serve_lagging(self) -> int | None:
+        """Policy lag, asked by the collection between messages: once the lagging update's thread is done, its
+        weights serve the rest of the rollout (whose stored log-probabilities keep the ratio exact) and the
+        groups that finish it go on into the next rollout, which is then one version behind, no more. Returns
+        the version now served (served_early: _finish then has nothing to load); None while the update runs.
+        Its metrics line and checkpoint wait for the rollout's end (_finish), where the ranks meet."""
+        if self.runner.running():
+            return None
+        self.runner.result()  # the update's error, if any, is raised here
+        self.policy.follow(self.model, self.value_norm)
+        self.served_early = True
+        return self.state["version"] + 1
+
     def _finish(self, job: Job) -> None:
         """After an update: publish the new weights, write its metrics line, maybe a checkpoint.
 
@@ -352,8 +366,9 @@ class Learner:
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
-        if self.has_policy_lag:
+        if self.has_policy_lag and not self.served_early:
             self.policy.follow(self.model, self.value_norm)
+        self.served_early = False
         self.state["version"] += 1
         self.publisher.publish(self.weights, self.state["version"])
         self.serial.mark("publish")

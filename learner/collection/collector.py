@@ -6,7 +6,8 @@ them in slot order, so the result does not depend on process scheduling.
 
 With `collect_only` (collect-only runs, where the weights never change between rollouts) a group that
 has done its T steps goes straight on into the next rollout instead of idling until the slowest group
-catches up.
+catches up. With policy lag the training loop gives `collect` a `go_on`: once it says that the lagging
+update's weights are served (which keeps the lag at one version), groups flow on the same way.
 """
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ class Collector:
         self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
         self.rows_for = rows_for
-        self.version = 0  # of the weights actions are computed with (given to each collect)
+        self.version = 0  # of the weights actions are computed with (given to each collect, or by go_on)
+        self.go_on, self.flowing = None, False  # see collect; flowing: groups that finish go on into the next
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
@@ -123,14 +125,18 @@ class Collector:
         self._pump(timeout_ms)
         return self.parked_slots() + (self.next.N if self.next is not None else 0)
 
-    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
+    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True,
+                go_on=None) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
         stop first. The learner asks for its min_envs before the first rollout and for 1 after, so a run
         goes on after actors are lost for good (with no live env at all it waits, saying so). 0: start at
         once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner).
         `version`: the weights the actions are computed with, sent with them. `admit_first=False`: the caller
-        has just been pumping (a collector process between rollouts), so a 0 starts without another pump."""
-        self.version = version
+        has just been pumping (a collector process between rollouts), so a 0 starts without another pump.
+        `go_on()` (policy lag), asked once a pass until it answers: the version of the weights it has made
+        the policy serve, once the update reading the buffer the next rollout reuses is done; from then on
+        groups that finish this rollout go on into the next."""
+        self.version, self.go_on, self.flowing = version, go_on, self.collect_only
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.counters.begin()
@@ -147,6 +153,8 @@ class Collector:
             if should_stop():
                 return None
             self._pump(100)
+            if not self.flowing and self.go_on is not None:
+                self._ask_go_on()
             if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
                 self._check_stall()
         self.counts = self.counters.finish(self.buffer.N, [w for w in self.parked.values() if not w.fresh])
@@ -254,9 +262,18 @@ class Collector:
         else:
             self.waiting[key] = item
 
+    def _ask_go_on(self) -> None:
+        """Policy lag: once go_on says newer weights serve, groups flow on (those parked already, at once)."""
+        if (version := self.go_on()) is None:
+            return
+        self.version, self.flowing = version, True
+        if self.parked:
+            self._start_next()
+            self._infer()
+
     def _following(self, buf: RolloutBuffer, slots: list[int]) -> RolloutBuffer | None:
-        """The rollout a group that finished `buf` goes on into at once (collect_only), or None: it is parked."""
-        if not (self.collect_only and buf is self.buffer):
+        """The rollout a group that finished `buf` goes on into at once (flowing), or None: it is parked."""
+        if not (self.flowing and buf is self.buffer):
             return None
         if self.next is None:
             self._start_next()

@@ -51,8 +51,8 @@ class LocalCollection(Collection):
         if self.balancer is not None:
             self.balancer.know(rank_addresses)
 
-    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
-        return self.collector.collect(min_envs, should_stop, version)
+    def collect(self, min_envs: int, should_stop, version: int, go_on=None) -> RolloutBuffer | None:
+        return self.collector.collect(min_envs, should_stop, version, go_on=go_on)
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.collector.episodes.take_new()

@@ -60,6 +60,10 @@ class UpdateRunner:
         self._run(batch, update)
         torch.set_num_threads(1)  # while collecting, one thread: OpenMP workers would spin against the actors
 
+    def running(self) -> bool:
+        """An update is running in its thread (policy lag): result() would wait for it."""
+        return self._thread is not None and self._thread.is_alive()
+
     def result(self) -> dict:
         if self._thread is not None:
             self._join(self._thread)

@@ -5,19 +5,22 @@ socket, and records every observation it sent and every action it got. The learn
 every update, so the weights W_v of every version and the optimizer state before every update are on
 disk. Then:
 
-- actions of rollout r (r >= 3) are exactly mean_{W_{r-2}}(obs) + std_{W_{r-2}} * noise, with the noise
-  replayed from the policy's seeded generator: the actors are served by the previous weights while
-  update r-1 runs, and the served copy is refreshed once it is done (not W_{r-3}, not W_{r-1});
+- actions of rollout r (r >= 3) are exactly mean_{W_v}(obs) + std_{W_v} * noise, with v the version the
+  Actions message names and the noise replayed from the policy's seeded generator: the actors are served
+  by W_{r-2} while update r-1 runs and by W_{r-1} from the moment it is done, mid-rollout (the group then
+  goes on into the next rollout at once): v is r-2 or r-1, never older, never going back;
 - update r, replayed in the test from checkpoint r-1 on the recorded rollout, ends exactly at W_r: the
   rollout the update trained on is the one collected, never overwritten by the next rollout that was
   collected into the other buffer while the update ran. Episodes are cut at 10 steps, so the replayed
   rollouts hold truncations mid-rollout: the learner must bootstrap them from the final observation,
-  not treat them as terminations.
+  not treat them as terminations. The bootstrap values come from the weights served when the rollout
+  ended (W_{r-1} if update r-1 was done by then, else W_{r-2}): the replay tries both.
 """
 from __future__ import annotations
 
 from functools import partial
 
+import copy
 import json
 import time
 
@@ -119,6 +122,44 @@ def checkpoints_by_version(run_dir) -> dict[int, dict]:
     return {int(c["version"]): c for c in saved}
 
 
+def served_critic(model, stats: ValueNormalizer | None):
+    """A served version's raw values: its critic's outputs de-normalized with its own statistics."""
+    def critic(x):
+        out = model.value(x)
+        return out if stats is None else stats.denormalize(out)
+    return critic
+
+
+def bootstraps(critic, values: torch.Tensor, last_obs: np.ndarray, finals: list[dict]):
+    """GAE's next values for a rollout of `values` [T, K] and which steps were truncations: the next step's
+    value, `critic` at the observation after the last step and at each truncated episode's final one."""
+    with torch.no_grad():
+        next_values = torch.cat([values[1:], critic(torch.from_numpy(last_obs))[None]])
+        truncated = torch.zeros(values.shape, dtype=torch.bool)
+        for t, cut in enumerate(finals):
+            for i, final in cut.items():
+                truncated[t, i] = True
+                next_values[t, i] = critic(torch.from_numpy(final)[None])[0]
+    return next_values, truncated
+
+
+def replay_update(r: int, batch: dict, model, saved: dict, cfg):
+    """Update r run here from checkpoint `saved` (r-1's) and `model` (its weights) on `batch`, with the
+    learner's update generator advanced past updates 1..r-1: the model, the updater and the update's stats."""
+    updater = new_updater(model, cfg.ppo, value_statistics(saved))
+    updater.load_state_dict(copy.deepcopy(saved["updater"]))  # the optimizer would step the saved tensors
+    gen = torch.Generator().manual_seed(SEED + 1)  # the learner's update generator
+    for _ in range((r - 1) * EPOCHS):  # what updates 1..r-1 drew
+        torch.randperm(T * K, generator=gen)
+    stats = run_update(updater, batch, r, gen)
+    return model, updater, stats
+
+
+def same_weights(model, reference) -> bool:
+    return all(torch.allclose(p.detach(), q.detach(), atol=1e-5, rtol=0)
+               for p, q in zip(model.parameters(), reference.parameters()))
+
+
 @pytest.mark.parametrize("value_norm", [False, True])
 def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(tmp_path, value_norm):
     """With normalize.value (issue 40) the served critic's outputs are de-normalized with the statistics of
@@ -144,9 +185,12 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
 
     rows = metrics(run_dir)
     assert [r["update"] for r in rows] == list(range(1, ROLLOUTS + 1)) and all(r["policy_lag"] == 1 for r in rows)
-    assert len(actions) == ROLLOUTS * T
-    # rollout r (1-based) is served by version r-2: update r-1 runs while it is collected
-    assert [a.version for a in actions] == [max(s // T - 1, 0) for s in range(ROLLOUTS * T)]
+    assert len(actions) in (ROLLOUTS * T, ROLLOUTS * T + 1)  # + the step it went on into the next rollout with
+    actions = actions[:ROLLOUTS * T]
+    versions = [a.version for a in actions]
+    # rollout r (1-based) is served by version r-2 while update r-1 runs, by r-1 once it is done
+    assert all(v in (max(s // T - 1, 0), s // T) for s, v in enumerate(versions)), versions
+    assert versions == sorted(versions), versions
 
     cfg = load(run_dir / "config.toml", [])
     space = EnvSettings(env_id="Pendulum-v1")
@@ -173,64 +217,45 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
             mean = model(torch.from_numpy(obs[s]))[0]
             return (mean + model.head.log_std.exp() * noise[s]).numpy()
 
-    for r in range(3, ROLLOUTS + 1):
-        steps = range((r - 1) * T, r * T)
-        for s in steps:
-            np.testing.assert_allclose(actions[s].actions, predicted(W[r - 2], s), atol=1e-5, rtol=0,
-                                       err_msg=f"rollout {r} step {s}: not served by version {r - 2}")
-        for other in (r - 3, r - 1):
+    for s in range(2 * T, ROLLOUTS * T):
+        v = versions[s]
+        np.testing.assert_allclose(actions[s].actions, predicted(W[v], s), atol=1e-5, rtol=0,
+                                   err_msg=f"step {s}: not served by version {v}")
+        for other in (v - 1, v + 1):
             if other in W:
-                gap = max(np.abs(actions[s].actions - predicted(W[other], s)).max() for s in steps)
-                assert gap > 1e-4, f"versions {other} and {r - 2} act alike: the check above proves nothing"
+                gap = np.abs(actions[s].actions - predicted(W[other], s)).max()
+                assert gap > 1e-4, f"versions {other} and {v} act alike: the check above proves nothing"
 
     # 2. update r replayed from checkpoint r-1 on the recorded rollout r lands on W_r
-    n = T * K
     truncations = 0  # inside replayed rollouts, not at their last step
     replayed = [r for r in range(3, ROLLOUTS + 1) if {r - 2, r - 1, r} <= set(W)]
     assert len(replayed) >= 2, f"too few consecutive versions on disk to replay updates: {sorted(W)}"
+    critics = {v: served_critic(W[v], value_statistics(saved[v])) for v in W}
     for r in replayed:
-        served, served_stats = W[r - 2], value_statistics(saved[r - 2])
-
-        def critic(x, served=served, served_stats=served_stats):  # the served version's raw values
-            out = served.value(x)
-            return out if served_stats is None else served_stats.denormalize(out)
-
         steps = range((r - 1) * T, r * T)
         with torch.no_grad():
             o = torch.stack([torch.from_numpy(obs[s]) for s in steps])
             a = torch.stack([torch.from_numpy(np.array(actions[s].actions)) for s in steps])
-            logprobs = torch.stack([served.evaluate(o[t], a[t])[0] for t in range(T)])
-            values = torch.stack([critic(o[t]) for t in range(T)])
-            bootstrap = critic(torch.from_numpy(obs[r * T]))
-        next_values = torch.cat([values[1:], bootstrap[None]])
-        truncated = torch.zeros((T, K), dtype=torch.bool)
-        for t, s in enumerate(steps):
-            for i, final in finals.get(s, {}).items():  # a truncation bootstraps from its last observation
-                truncated[t, i] = True
-                with torch.no_grad():
-                    next_values[t, i] = critic(torch.from_numpy(final)[None])[0]
+            logprobs = torch.stack([W[versions[s]].evaluate(o[t], a[t])[0] for t, s in enumerate(steps)])
+            values = torch.stack([critics[versions[s]](o[t]) for t, s in enumerate(steps)])
         reward = torch.stack([torch.from_numpy(rewards[s]) for s in steps])
-        terminated = torch.zeros((T, K), dtype=torch.bool)
-        adv, ret = compute_gae(reward, values, next_values, terminated, truncated, cfg.ppo.gamma,
-                               cfg.ppo.gae_lambda)
+        replays = {}
+        for end in (r - 1, r - 2):  # the critic served when the rollout ended bootstraps it
+            next_values, truncated = bootstraps(critics[end], values, obs[r * T], [finals.get(s, {}) for s in steps])
+            adv, ret = compute_gae(reward, values, next_values, torch.zeros((T, K), dtype=torch.bool), truncated,
+                                   cfg.ppo.gamma, cfg.ppo.gae_lambda)
+            batch = {"obs": o.flatten(0, 1), "actions": a.flatten(0, 1), "logprobs": logprobs.flatten(),
+                     "values": values.flatten(), "advantages": adv.flatten(), "returns": ret.flatten()}
+            replays[end] = replay_update(r, batch, weights(r - 1), saved[r - 1], cfg)
         truncations += int(truncated[:-1].sum())
-        batch = {"obs": o.flatten(0, 1), "actions": a.flatten(0, 1), "logprobs": logprobs.flatten(),
-                 "values": values.flatten(), "advantages": adv.flatten(), "returns": ret.flatten()}
-        model = weights(r - 1)
-        updater = new_updater(model, cfg.ppo, value_statistics(saved[r - 1]))
+        landed = [(model, updater, stats) for model, updater, stats in replays.values() if same_weights(model, W[r])]
+        assert landed, f"update {r} replayed on the recorded rollout does not land on W_{r}, whichever critic bootstraps"
+        model, updater, stats = landed[0]
         assert (updater.value_norm is not None) == value_norm
-        updater.load_state_dict(saved[r - 1]["updater"])
-        gen = torch.Generator().manual_seed(SEED + 1)  # the learner's update generator
-        for _ in range((r - 1) * EPOCHS):  # what updates 1..r-1 drew
-            torch.randperm(n, generator=gen)
-        stats = run_update(updater, batch, r, gen)
         assert stats["first_minibatch_ratio_max_dev"] == pytest.approx(rows[r - 1]["first_minibatch_ratio_max_dev"],
                                                                        rel=1e-3, abs=1e-6)
         if value_norm:  # rollout r's returns folded into version r-1's statistics: version r's
             torch.testing.assert_close(updater.value_norm.state_dict(), value_statistics(saved[r]).state_dict())
-        for (name, p), q in zip(model.named_parameters(), W[r].parameters()):
-            torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=0,
-                                       msg=lambda text: f"update {r}, {name}: {text}")
     assert truncations > 0, "no truncation inside a replayed rollout: the test would not see it treated as a termination"
 
 

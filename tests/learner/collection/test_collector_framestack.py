@@ -47,11 +47,16 @@ def frames_of(group: int, step: int) -> np.ndarray:
 class FrameActor(threading.Thread):
     """Answers every Actions message with its group's next frames until told to stop."""
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, deadline: float, odd_first: bool = False):
+    def __init__(self, ctx: zmq.Context, endpoint: str, deadline: float, odd_first: bool = False,
+                 hold: tuple[int, int, int] | None = None):
+        """hold (group, step, version): that group's report after that step is sent only once Actions of that
+        version (or newer) have arrived."""
         super().__init__(daemon=True)
-        self.ctx, self.endpoint, self.deadline, self.odd_first = ctx, endpoint, deadline, odd_first
+        self.ctx, self.endpoint, self.deadline, self.odd_first, self.hold = ctx, endpoint, deadline, odd_first, hold
+        self.held = None
         self.stop, self.error = threading.Event(), None
         self.steps = [0] * GROUPS
+        self.versions: list[int] = []  # of every Actions message, in order
 
     def run(self):
         sock = self.ctx.socket(zmq.DEALER)
@@ -64,8 +69,17 @@ class FrameActor(threading.Thread):
                 sock.send_multipart(m.encode(self._first(g)))
             while not self.stop.is_set():
                 msg = self._recv(sock)
-                if msg is not None:
-                    sock.send_multipart(m.encode(self._report(msg.group)))
+                if msg is None:
+                    continue
+                self.versions.append(msg.version)
+                report = self._report(msg.group)
+                if self.hold is not None and (msg.group, self.steps[msg.group]) == self.hold[:2]:
+                    self.held = report
+                else:
+                    sock.send_multipart(m.encode(report))
+                if self.held is not None and msg.version >= self.hold[2]:
+                    sock.send_multipart(m.encode(self.held))
+                    self.held = None
         except BaseException as exc:  # re-raised by the test
             self.error = exc
         finally:
@@ -125,43 +139,94 @@ def values_of(stack: np.ndarray) -> list[int]:
     return stack[:, 0, 0].tolist()
 
 
-@pytest.mark.parametrize("mode", ["parked", "collect_only", "policy_lag", "odd_first"])
+class FrameSide:
+    """A collector with random actions and a FrameActor on a loopback socket; closed by `close`."""
+
+    def __init__(self, policy_lag: bool = False, collect_only: bool = False, odd_first: bool = False,
+                 hold: tuple[int, int, int] | None = None):
+        self.ctx = zmq.Context()
+        registry = ActorRegistry()
+        self.gateway = Gateway(Listen(self.ctx, "tcp://127.0.0.1:0", 1 << 20),
+                               Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"), registry=registry)
+        policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
+        settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
+                                     policy_lag=policy_lag, collect_only=collect_only)
+        self.collector = Collector(self.gateway, registry, policy,
+                                   Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long, stack=STACK), settings)
+        self.deadline = time.monotonic() + 30
+        self.actor = FrameActor(self.ctx, self.gateway.endpoint, self.deadline, odd_first=odd_first, hold=hold)
+        self.actor.start()
+
+    def collect(self, version: int = 0, go_on=None):
+        buf = self.collector.collect(K * GROUPS, lambda: time.monotonic() > self.deadline or self.actor.error is not None,
+                                     version, go_on=go_on)
+        assert self.actor.error is None and buf is not None and buf.is_complete()
+        return buf
+
+    def close(self) -> None:
+        self.actor.stop.set()
+        self.actor.join(5)
+        self.gateway.sock.close(linger=0)
+        self.ctx.destroy(linger=0)
+        assert self.actor.error is None, self.actor.error
+
+
+def check_stacks(buf, r: int) -> None:
+    """Rollout r (0-based) holds the stacks, bootstraps and final stacks the actor side would have built."""
+    stacks, finals = expected_stacks()
+    assert buf.slots == [0, 1, 2, 3] and buf.completed == [T] * 4
+    assert buf.frames.shape == (T + STACK - 1, K * GROUPS, *FRAME.shape)  # one frame per step
+    rebuilt = StackedObs(buf.frames, buf.restarts, STACK)
+    for col in range(K * GROUPS):
+        g, i = divmod(col, K)
+        for t in range(T):
+            stack = rebuilt[torch.tensor([t * K * GROUPS + col])][0]
+            assert values_of(stack.numpy()) == stacks[(g, i)][r * T + t], (r, t, col)
+        assert values_of(buf.bootstrap_obs[col]) == stacks[(g, i)][(r + 1) * T], (r, col)
+    for (t, col), final in buf.final_obs.items():
+        g, i = divmod(col, K)
+        assert values_of(final) == finals[(g, i, r * T + t + 1)]
+    assert len(buf.final_obs) == sum(r * T < s <= (r + 1) * T for _, _, s in TRUNCATES)
+
+
+@pytest.mark.parametrize("mode", ["parked", "collect_only", "policy_lag", "lag_flowing", "odd_first"])
 def test_stacks_rebuilt_from_the_rollout_are_exact(mode):
     """odd_first: a first report claiming a truncation (a buggy actor) is a first report like any other:
-    it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet)."""
-    ctx = zmq.Context()
-    registry = ActorRegistry()
-    gateway = Gateway(Listen(ctx, "tcp://127.0.0.1:0", 1 << 20),
-                      Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"), registry=registry)
-    policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
-    settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
-                                 policy_lag=mode == "policy_lag", collect_only=mode == "collect_only")
-    collector = Collector(gateway, registry, policy, Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long,
-                                                            stack=STACK), settings)
-    deadline = time.monotonic() + 30
-    actor = FrameActor(ctx, gateway.endpoint, deadline, odd_first=mode == "odd_first")
-    actor.start()
-    stacks, finals = expected_stacks()
+    it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet).
+    lag_flowing: policy lag with the lagging update done at once, so groups flow on as with collect_only."""
+    side = FrameSide(policy_lag=mode in ("policy_lag", "lag_flowing"), collect_only=mode == "collect_only",
+                     odd_first=mode == "odd_first")
     try:
         for r in range(ROLLOUTS):
-            buf = collector.collect(K * GROUPS, lambda: time.monotonic() > deadline or actor.error is not None)
-            assert actor.error is None and buf is not None and buf.is_complete()
-            assert buf.slots == [0, 1, 2, 3] and buf.completed == [T] * 4
-            assert buf.frames.shape == (T + STACK - 1, K * GROUPS, *FRAME.shape)  # one frame per step
-            rebuilt = StackedObs(buf.frames, buf.restarts, STACK)
-            for col in range(K * GROUPS):
-                g, i = divmod(col, K)
-                for t in range(T):
-                    stack = rebuilt[torch.tensor([t * K * GROUPS + col])][0]
-                    assert values_of(stack.numpy()) == stacks[(g, i)][r * T + t], (r, t, col)
-                assert values_of(buf.bootstrap_obs[col]) == stacks[(g, i)][(r + 1) * T], (r, col)
-            for (t, col), final in buf.final_obs.items():
-                g, i = divmod(col, K)
-                assert values_of(final) == finals[(g, i, r * T + t + 1)]
-            assert len(buf.final_obs) == sum(r * T < s <= (r + 1) * T for _, _, s in TRUNCATES)
+            buf = side.collect(r, go_on=(lambda r=r: r + 1) if mode == "lag_flowing" and r > 0 else None)
+            check_stacks(buf, r)
+        if mode == "lag_flowing":
+            assert side.collector.next is not None  # groups went on: the check above saw flowing rollouts
     finally:
-        actor.stop.set()
-        actor.join(5)
-        gateway.sock.close(linger=0)
-        ctx.destroy(linger=0)
-    assert actor.error is None, actor.error
+        side.close()
+
+
+@pytest.mark.parametrize("when", ["never", "at_once", "once_parked"])
+def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(when):
+    """Rollout 2 is collected while update 1 runs (policy lag). `never`: it runs to the end, and whoever
+    finished waits for the next rollout, all actions computed with version 1. `at_once`: the first group to
+    finish goes on into rollout 3; `once_parked`: the update ends only after group 0 has finished and parked,
+    and group 1's last report of rollout 2 is held back until group 0 gets actions of version 2: it must be
+    freed between messages. Either way, every action after go_on's answer is sent with version 2 and
+    rollout 3 is exact."""
+    side = FrameSide(policy_lag=True, hold=(1, 2 * T, 2) if when == "once_parked" else None)
+    answers = {"never": lambda: None, "at_once": lambda: 2,
+               "once_parked": lambda: 2 if side.collector.parked else None}
+    try:
+        check_stacks(side.collect(0), 0)
+        sent = len(side.actor.versions)
+        check_stacks(side.collect(1, go_on=answers[when]), 1)
+        versions = side.actor.versions[sent:]
+        if when == "never":
+            assert side.collector.next is None and set(versions) == {1}
+        else:
+            assert side.collector.next is not None and side.collector.next.slots == [0, 1, 2, 3]
+            assert versions[0] == 1 and versions == sorted(versions) and versions[-1] == 2
+        check_stacks(side.collect(2), 2)
+    finally:
+        side.close()

@@ -48,6 +48,20 @@ def test_a_slow_update_is_said_and_then_waited_for():
     assert len(handler.messages) == 1 and "still running" in handler.messages[0]
 
 
+def test_running_says_whether_result_would_wait_and_result_may_be_read_twice():
+    """The training loop asks running() between messages and reads result() as soon as it says no (the weights
+    then serve the rest of the rollout), and once more at the rollout's end for the metrics line."""
+    updater = BlockingUpdater()
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=30, deadline_s=30)
+    assert not runner.running()
+    runner.start({}, 0)
+    assert runner.running()
+    updater.release.set()
+    runner._thread.join(30)
+    assert not runner.running()
+    assert runner.result() == {"loss": 1.5} and runner.result() == {"loss": 1.5}
+
+
 def test_a_hung_update_ends_loud_with_where_it_hangs():
     updater = BlockingUpdater()
     runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=0.05, deadline_s=0.2)
