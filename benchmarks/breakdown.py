@@ -42,6 +42,9 @@ def breakdown(records: list[dict]) -> dict | None:
         out[key] = {q: statistics.median(h[q] for h in have) for q in ("mean", "p50", "p90", "p99")} if have else None
     width = min(len(r["messages_per_s"]) for r in rows)
     out["messages_per_s"] = [statistics.fmean(r["messages_per_s"][k] or 0.0 for r in rows) for k in range(width)]
+    lagged = [r["lagged_share"] for r in rows if r.get("lagged_share") is not None]
+    if lagged:  # policy lag: the share of steps acted one weights version behind their update's start
+        out["lagged_share"] = statistics.fmean(lagged)
     serials = [r["serial_s"] for r in rows if r.get("serial_s")]
     if serials:
         phases = sorted({k for s in serials for k in s})
@@ -63,7 +66,7 @@ def describe(b: dict | None) -> list[str]:
         s = b["serial_s"]
         order = [k for k in PHASES if k in s] + sorted(k for k in s if k not in PHASES and k != "total")
         phases = " + ".join(f"{k} {s[k]:.3f}" for k in order)
-        lines.append(f"    serial, every actor parked (collect-only: actors flow on): {s['total']:.3f}s per rollout "
+        lines.append(f"    serial, every actor parked (unless they flow on: collect-only, policy lag): {s['total']:.3f}s per rollout "
                      f"({pct(b['all_parked_share'])} of the cycle) = {phases}")
     bs, lat = b["batch_slots"], b["batch_latency_ms"]
     if bs and lat:
@@ -71,4 +74,6 @@ def describe(b: dict | None) -> list[str]:
                      f"p50/p90/p99 {bs['p50']:.0f}/{bs['p90']:.0f}/{bs['p99']:.0f}; latency ms p50/p90/p99 "
                      f"{lat['p50']:.2f}/{lat['p90']:.2f}/{lat['p99']:.2f}")
     lines.append("    messages/s per collector: " + ", ".join(f"{x:,.0f}" for x in b["messages_per_s"]))
+    if b.get("lagged_share") is not None:
+        lines.append(f"    policy lag: {pct(b['lagged_share'])} of the steps acted one weights version behind their update's start")
     return lines

@@ -68,7 +68,7 @@ class RunConfig(BaseModel):
     random_policy: bool = False
     """answer actors with uniform random actions instead of running the network"""
     policy_lag: Annotated[int, Field(ge=0, le=1)] = 0
-    """1: collect the next rollout with the previous weights while the update runs (Cleanba); 0: synchronous"""
+    """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (cluster.collectors = 1; with collector processes they wait for the rollout's end); 0: synchronous"""
     watchdog_s: Annotated[float, Field(ge=1.0, le=7 * DAY_S)] = 900.0
     """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
     batch_checksum: bool = False

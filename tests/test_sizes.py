@@ -19,6 +19,7 @@ RECORDS = {
     "learner/config.py:PPOConfig",      # the [ppo] section's keys
     "protocol/settings.py:EnvSettings",  # the [env] section's keys, sent to every actor in its Welcome
     "protocol/messages.py:StepReport",  # the fields of an actor's step report on the wire
+    "learner/collection/counters.py:RolloutCounts",  # one rollout's counts, sent by a collector process with its shard
 }
 
 

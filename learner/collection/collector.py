@@ -65,6 +65,13 @@ class Waiting:
                                                      # start): see RolloutCounters
 
 
+def mark_fresh(w: Waiting) -> None:
+    """A group whose envs were just (re)started: its columns of the rollout it enters start fresh."""
+    if w.fresh:
+        w.buffer.fresh.update(w.buffer.columns(w.slots))
+        w.fresh = False
+
+
 @dataclass(frozen=True)
 class CollectorSettings:
     """How a collector runs its rollouts (made from the config in learner/collection/assembly.py).
@@ -104,6 +111,7 @@ class Collector:
         self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect, or by go_on)
         self.go_on, self.flowing = None, False  # see collect; flowing: groups that finish go on into the next
+        self.lagged: int | None = None  # policy lag: this rollout's steps acted before go_on answered
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
@@ -136,7 +144,7 @@ class Collector:
         `go_on()` (policy lag), asked once a pass until it answers: the version of the weights it has made
         the policy serve, once the update reading the buffer the next rollout reuses is done; from then on
         groups that finish this rollout go on into the next."""
-        self.version, self.go_on, self.flowing = version, go_on, self.collect_only
+        self.version, self.go_on, self.flowing, self.lagged = version, go_on, self.collect_only, None
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.counters.begin()
@@ -158,6 +166,9 @@ class Collector:
             if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
                 self._check_stall()
         self.counts = self.counters.finish(self.buffer.N, [w for w in self.parked.values() if not w.fresh])
+        self.counts.acted_steps = acted = sum(self.buffer.acted)
+        if self.policy_lag:  # one version behind: before go_on answered (all if it never did, but in a first rollout)
+            self.counts.lagged_steps = self.lagged if self.lagged is not None else 0 if self.rollouts == 1 else acted
         return self.buffer
 
     def _check_stall(self) -> None:
@@ -184,7 +195,7 @@ class Collector:
         self.buffer = self._rollout(slots, reuse)
         for w in groups:
             w.buffer, w.arrived = self.buffer, self.counters.started
-            self._mark_fresh(w)
+            mark_fresh(w)
         self.waiting, self.parked = {(w.actor.actor_id, w.group): w for w in groups}, {}
         self._infer()
 
@@ -196,19 +207,13 @@ class Collector:
         self.next = self._rollout(slots, self._older)
         for key, w in self.parked.items():
             w.buffer, w.arrived = self.next, self.listened
-            self._mark_fresh(w)
+            mark_fresh(w)
             self.waiting[key] = w
         self.parked = {}
 
     def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
         rows = None if self.rows_for is None else self.rows_for(len(slots))
         return RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
-
-    @staticmethod
-    def _mark_fresh(w: Waiting) -> None:
-        if w.fresh:
-            w.buffer.fresh.update(w.buffer.columns(w.slots))
-            w.fresh = False
 
     def _pump(self, timeout_ms: int) -> None:
         """Admit what arrived, act on it, retire the silent. A gap of PAUSE_S or more since the last poll (an
@@ -266,7 +271,7 @@ class Collector:
         """Policy lag: once go_on says newer weights serve, groups flow on (those parked already, at once)."""
         if (version := self.go_on()) is None:
             return
-        self.version, self.flowing = version, True
+        self.version, self.flowing, self.lagged = version, True, sum(self.buffer.acted)
         if self.parked:
             self._start_next()
             self._infer()

@@ -12,7 +12,9 @@ Every env slot of a rollout of wall time W is somewhere all along, so its N x W 
                    outside the learner).
 
 Per batch it keeps the batch's env slots and its latency (inference plus the sends), whose percentiles the
-rollout's summary gives. A collector process sends its `RolloutCounts` with its shard; `summarize` merges
+rollout's summary gives. With policy lag it also counts the steps acted with weights one version behind
+those the rollout's update starts from (`lagged_share`): those acted before the lagging update's weights
+were served (learner/collection/collector.py: go_on); the rest were acted with the update's start weights. A collector process sends its `RolloutCounts` with its shard; `summarize` merges
 those of the K collectors into the record metrics.jsonl gets per update (`collection`).
 """
 from __future__ import annotations
@@ -35,6 +37,8 @@ class RolloutCounts:
     parked_end_s: float = 0.0
     batch_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # per inference batch
     batch_latency_s: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    acted_steps: int = 0         # actions recorded into the rollout
+    lagged_steps: int | None = None  # policy lag: of them, acted one weights version behind (None: no lag)
 
     @property
     def with_actors_s(self) -> float:
@@ -105,4 +109,12 @@ def summarize(counts: list[RolloutCounts]) -> dict | None:
             "messages": [c.messages for c in counts],
             "messages_per_s": [round(c.messages / c.wall_s, 1) if c.wall_s > 0 else None for c in counts],
             "batches": int(len(sizes)), "batch_slots": percentiles(sizes, digits=1),
-            "batch_latency_ms": percentiles(latencies, scale=1000.0, digits=3)}
+            "batch_latency_ms": percentiles(latencies, scale=1000.0, digits=3), **_lagged_share(counts)}
+
+
+def _lagged_share(counts: list[RolloutCounts]) -> dict:
+    """{"lagged_share": share of the rollout's steps acted one weights version behind} with policy lag, else {}."""
+    if any(c.lagged_steps is None for c in counts):
+        return {}
+    acted = sum(c.acted_steps for c in counts)
+    return {"lagged_share": round(sum(c.lagged_steps for c in counts) / acted, 4) if acted else None}

@@ -40,3 +40,12 @@ def test_the_breakdown_prints_every_part():
                    "latency ms p50/p90/p99 2.00/2.00/3.00", "messages/s per collector: 100, 50"):
         assert needle in text, text
     assert "no collection breakdown" in describe(breakdown([{"update": 1}]))[0]
+
+
+def test_the_lagged_share_is_averaged_and_printed_only_with_policy_lag():
+    lagged = [line(2, 1.0, 1.0, 1.0), line(3, 1.0, 1.0, 1.0)]
+    lagged[0]["collection"]["lagged_share"], lagged[1]["collection"]["lagged_share"] = 0.2, 0.4
+    b = breakdown(lagged)
+    assert b["lagged_share"] == pytest.approx(0.3)
+    assert "policy lag: 30% of the steps acted one weights version behind" in "\n".join(describe(b))
+    assert "policy lag:" not in "\n".join(describe(breakdown([line(2, 1.0, 1.0, 1.0)])))

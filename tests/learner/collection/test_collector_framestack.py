@@ -219,9 +219,12 @@ def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(whe
                "once_parked": lambda: 2 if side.collector.parked else None}
     try:
         check_stacks(side.collect(0), 0)
+        assert side.collector.counts.lagged_steps == 0  # the first rollout: no update to lag behind
         sent = len(side.actor.versions)
         check_stacks(side.collect(1, go_on=answers[when]), 1)
         versions = side.actor.versions[sent:]
+        counts = side.collector.counts  # the steps acted with version 1 are those one version behind
+        assert counts.acted_steps == K * GROUPS * T and counts.lagged_steps == K * versions.count(1)
         if when == "never":
             assert side.collector.next is None and set(versions) == {1}
         else:

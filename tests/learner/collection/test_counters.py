@@ -80,3 +80,11 @@ def test_summary_adds_env_slot_time_over_collectors_and_gives_messages_per_secon
 
 def test_with_the_actors_is_never_negative():
     assert RolloutCounts(1.0, 1, 0, 0.7, 0.6).with_actors_s == 0.0
+
+
+def test_the_lagged_share_pools_the_collectors_steps_and_is_absent_without_policy_lag():
+    one = RolloutCounts(2.0, 4, 100, 1.0, 2.0, acted_steps=512, lagged_steps=128)
+    two = RolloutCounts(2.0, 4, 100, 1.0, 2.0, acted_steps=512, lagged_steps=512)
+    assert summarize([one, two])["lagged_share"] == 0.625
+    assert "lagged_share" not in summarize([RolloutCounts(2.0, 4, 100, 1.0, 2.0, acted_steps=512)])
+    assert summarize([RolloutCounts(2.0, 0, 0, 0.0, 0.0, acted_steps=0, lagged_steps=0)])["lagged_share"] is None
