@@ -6,6 +6,8 @@
     python benchmarks/learner_capacity.py --collectors 1,2,4 --actors 4  # K collector processes, side by side
     python benchmarks/learner_capacity.py --device cuda --policy network --collectors 1,2,4 --actors 16  # a GPU box
     python benchmarks/learner_capacity.py --codec none,zstd --transport tcp  # raw against compressed frames
+    python benchmarks/learner_capacity.py --env-sleep-ms 10 --env-sleep-spread 0.5 --mode train --policy network \
+        --config configs/cartpole.toml --launch-set run.policy_lag=1  # stragglers: the end-of-rollout barrier
 
 Synthetic actors (processes of this script) hand-shake with a real learner (`launch.py --actors 0
 --collect-only`) over the real protocol and sockets, then answer every Actions message at once with a step
@@ -48,7 +50,7 @@ for _path in (REPO, HERE):
 from cli import add_cluster_flags, add_out, parser  # noqa: E402
 from breakdown import describe, steady_state  # noqa: E402
 from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
-from synthetic import RECORDED_REPORTS, join, sleeping_actors  # noqa: E402
+from synthetic import RECORDED_REPORTS, join, sleeping_actors, spread_step_ms  # noqa: E402
 from protocol.processes import parent_alive  # noqa: E402
 
 _RUN_IDS = itertools.count()
@@ -170,9 +172,11 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         raise RuntimeError(f"{label} {policy} {per_message}: no progress")
     cpu_s, actors_s, trainer_s = ((b[i] - a[i]) / TICKS for i in (1, 2, 3))
     seconds = steps / steady["sps"]
-    ceiling = actors * num_envs * 1000 / args.env_sleep_ms if args.env_sleep_ms > 0 else None
+    ceiling = (sum(num_envs * 1000 / ms for ms in spread_step_ms(args.env_sleep_ms, args.env_sleep_spread, actors))
+               if args.env_sleep_ms > 0 else None)
     return {"checkout": label, "codec": codec, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
             "envs": actors * num_envs, "actors": actors, "mode": args.mode, "env_sleep_ms": args.env_sleep_ms,
+            "env_sleep_spread": args.env_sleep_spread,
             "device": args.device, "transport": args.transport, "sps": steady["sps"], "env_ceiling_sps": ceiling,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "actor_us_per_step": 1e6 * actors_s / steps, "training_process_us_per_step": 1e6 * trainer_s / steps,
@@ -185,7 +189,8 @@ def _start_actors(address: str, actors: int, num_envs: int, groups: int, codec: 
     ctx = mp.get_context("spawn")
     if args.env_sleep_ms > 0:
         per = max(1, args.actors_per_process)
-        jobs = [(sleeping_actors, (address, min(per, actors - i), num_envs, groups, args.env_sleep_ms,
+        step_ms = spread_step_ms(args.env_sleep_ms, args.env_sleep_spread, actors)
+        jobs = [(sleeping_actors, (address, min(per, actors - i), num_envs, groups, step_ms[i:i + per],
                                    f"sleeping-{i}", os.getpid())) for i in range(0, actors, per)]
     else:
         jobs = [(synthetic_actor, (address, num_envs, groups, f"synthetic-{i}", os.getpid(), codec))
@@ -239,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "first touched; default: %(default)s)")
     p.add_argument("--env-sleep-ms", type=float, default=0.0, help="sleeping actors: each env step is a sleep of this "
                    "many ms, no CPU, random frames (benchmarks/synthetic.py); 0: replaying actors (default)")
+    p.add_argument("--env-sleep-spread", type=float, default=0.0, help="sleeping actors of unequal speed: actor "
+                   "steps spread evenly from ms x (1 - this) to ms x (1 + this) (stragglers; default: %(default)s)")
     p.add_argument("--envs", default=None, help="total env slots per row, comma-separated, e.g. 64,256 (the actors: "
                    "envs / (envs per message x 2 groups)); default: --actors")
     p.add_argument("--actors-per-process", type=int, default=8, help="sleeping actors per process (default: %(default)s)")
@@ -260,7 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser_ = build_parser()
+    args = parser_.parse_args(argv)
+    if not 0 <= args.env_sleep_spread < 1:
+        parser_.error(f"--env-sleep-spread must be in [0, 1): the slowest and fastest steps are ms x (1 -+ it), "
+                      f"got {args.env_sleep_spread:g}")
     args.launch_set = [x for s in args.launch_set for x in ("--set", s)]
     envs_list = [int(x) for x in args.envs.split(",")] if args.envs else [None]
     sizes = [int(x) for x in args.envs_per_message.split(",")]
@@ -272,7 +283,8 @@ def main(argv=None) -> int:
                   for c in codecs] if args.other else []
     tmp = Path(tempfile.mkdtemp(prefix="ppo-capacity-"))
     runs: dict[tuple, list[dict]] = {}
-    kind = f"sleeping actors ({args.env_sleep_ms:g} ms per step)" if args.env_sleep_ms > 0 else "synthetic actors"
+    spread = f", spread +-{100 * args.env_sleep_spread:g}% over the actors" if args.env_sleep_spread else ""
+    kind = f"sleeping actors ({args.env_sleep_ms:g} ms per step{spread})" if args.env_sleep_ms > 0 else "synthetic actors"
     print(f"learner capacity ({args.mode}): {kind} x 2 groups, at least {args.seconds:g}s and {args.rollouts} rollouts "
           f"per row after {args.skip}, {args.repeat} round(s); checkouts: "
           + ", ".join(f"{n}={p}" for n, p, _ in checkouts), flush=True)

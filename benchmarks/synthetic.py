@@ -6,7 +6,8 @@ actions arrived, whatever the group's size (its envs step side by side, as in a 
 an actor's groups step side by side too. So N env slots give at most N x 1000 / step_ms agent steps/s (the env
 ceiling), whatever the message size, and the learner's queueing and parking show even on 2 cores. Its frames
 are random pixels of the Welcome's observation space (made once, RECORDED_REPORTS per group, cycled): no env
-is built, so many actors fit in one process, each with its own DEALER socket.
+is built, so many actors fit in one process, each with its own DEALER socket. Stragglers: `step_ms` may be a
+list, one per actor (see `spread_step_ms`).
 """
 from __future__ import annotations
 
@@ -56,10 +57,19 @@ def _random_reports(welcome, k: int, group: int, seed: int) -> tuple[list, list[
     return first, [[bytes(f) for f in m.encode(m.StepReport(group, obs, zeros, flags, flags))] for obs in frames]
 
 
-def sleeping_actors(address: str, count: int, num_envs: int, groups: int, step_ms: float, name: str,
+def spread_step_ms(step_ms: float, spread: float, actors: int) -> list[float]:
+    """Each actor's env step in ms, spread evenly from step_ms x (1 - spread) to step_ms x (1 + spread): actors of
+    unequal speed (stragglers), whose mean step is step_ms."""
+    if actors == 1 or spread == 0:
+        return [step_ms] * actors
+    return [step_ms * (1 - spread + 2 * spread * j / (actors - 1)) for j in range(actors)]
+
+
+def sleeping_actors(address: str, count: int, num_envs: int, groups: int, step_ms: float | list[float], name: str,
                     parent: int) -> None:
     """`count` actors of `num_envs` envs in `groups` groups, each on its own socket, in this process: every
-    Actions message is answered step_ms later with the group's next report, until goodbye."""
+    Actions message is answered step_ms later (actor i: step_ms[i] if a list) with the group's next report,
+    until goodbye."""
     import zmq
     from protocol import messages as m
     from protocol.processes import parent_alive
@@ -79,7 +89,8 @@ def sleeping_actors(address: str, count: int, num_envs: int, groups: int, step_m
         poller.register(sock, zmq.POLLIN)
     index = {sock: i for i, sock in enumerate(socks)}
     due: list = []  # (when, order, actor, group): reports to send
-    turn, order, step_s, checked = {}, itertools.count(), step_ms / 1000, time.monotonic()
+    step_s = [ms / 1000 for ms in (step_ms if isinstance(step_ms, list) else [step_ms] * count)]
+    turn, order, checked = {}, itertools.count(), time.monotonic()
     while True:
         now = time.monotonic()
         while due and due[0][0] <= now:
@@ -96,7 +107,8 @@ def sleeping_actors(address: str, count: int, num_envs: int, groups: int, step_m
                     break
                 if not isinstance(msg, m.Actions):
                     return  # Goodbye or Error: the run is over
-                heapq.heappush(due, (time.monotonic() + step_s, next(order), index[sock], msg.group))
+                i = index[sock]
+                heapq.heappush(due, (time.monotonic() + step_s[i], next(order), i, msg.group))
         if time.monotonic() - checked > 1.0:
             checked = time.monotonic()
             if not parent_alive(parent):

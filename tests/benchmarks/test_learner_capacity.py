@@ -27,18 +27,21 @@ def test_one_row_measures_the_learner_fed_by_synthetic_actors(tmp_path):
 
 
 def test_sleeping_actors_show_where_a_training_rollouts_time_goes(tmp_path):
-    """Sleeping actors (2 ms per step, no CPU) over the real protocol feed the real training loop; the row
-    measures its rollouts after the skipped ones and prints their breakdown. It skips at least --skip: the
-    rollouts that came before the poll saw the first --skip are skipped too (CartPole's are quick)."""
+    """Sleeping actors (2 ms per step on average, no CPU; one actor at 1 ms, the other at 3 ms) over the real
+    protocol feed the real training loop; the row measures its rollouts after the skipped ones and prints their
+    breakdown. It skips at least --skip: the rollouts that came before the poll saw the first --skip are
+    skipped too (CartPole's are quick)."""
     out = tmp_path / "capacity.json"
-    cmd = [sys.executable, "benchmarks/learner_capacity.py", "--env-sleep-ms", "2", "--envs", "8",
+    cmd = [sys.executable, "benchmarks/learner_capacity.py", "--env-sleep-ms", "2", "--env-sleep-spread", "0.5",
+           "--envs", "8",
            "--envs-per-message", "2", "--mode", "train", "--config", "configs/cartpole.toml", "--seconds", "0",
            "--rollouts", "3", "--skip", "1", "--row-timeout", "120", "--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     ((label, row),) = json.loads(out.read_text())["rows"][0].items()
-    assert (row["envs"], row["actors"], row["mode"], row["env_ceiling_sps"]) == (8, 2, "train", 4000.0)
-    assert row["rollouts"] >= 3 and row["skipped_rollouts"] >= 1 and 0 < row["sps"] <= 4000, row
+    assert (row["envs"], row["actors"], row["mode"]) == (8, 2, "train")
+    assert row["env_ceiling_sps"] == pytest.approx(4 * 1000 / 1 + 4 * 1000 / 3)
+    assert row["rollouts"] >= 3 and row["skipped_rollouts"] >= 1 and 0 < row["sps"] <= row["env_ceiling_sps"], row
     b = row["breakdown"]
     assert b["env_slots"] == 8 and sum(b["shares"].values()) == pytest.approx(1.0, abs=0.02), b
     assert b["serial_s"]["update"] > 0 and len(b["messages_per_s"]) == 1, b
