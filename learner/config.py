@@ -103,7 +103,7 @@ class ClusterConfig(BaseModel):
     learners: Annotated[int, Field(ge=1, le=64)] = 1
     """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
     collectors: Annotated[int, Field(ge=0, le=64)] = 0
-    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs and with normalize.obs)"""
+    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs, with normalize.obs and with run.policy_lag)"""
     collective_timeout_s: Annotated[float, Field(gt=0.0, le=DAY_S)] = 300.0
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: Annotated[int, Field(ge=1, le=4096)] = 64
