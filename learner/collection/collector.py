@@ -144,7 +144,8 @@ class Collector:
         `go_on()` (policy lag), asked once a pass until it answers: the version of the weights it has made
         the policy serve, once the update reading the buffer the next rollout reuses is done; from then on
         groups that finish this rollout go on into the next."""
-        self.version, self.go_on, self.flowing, self.lagged = version, go_on, self.collect_only, None
+        self.version, self.flowing, self.lagged = version, self.collect_only, None
+        self.go_on = None if self.lockstep else go_on  # deterministic runs: the switch would hang on thread timing
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.counters.begin()

@@ -143,14 +143,14 @@ class FrameSide:
     """A collector with random actions and a FrameActor on a loopback socket; closed by `close`."""
 
     def __init__(self, policy_lag: bool = False, collect_only: bool = False, odd_first: bool = False,
-                 hold: tuple[int, int, int] | None = None):
+                 hold: tuple[int, int, int] | None = None, lockstep: bool = False):
         self.ctx = zmq.Context()
         registry = ActorRegistry()
         self.gateway = Gateway(Listen(self.ctx, "tcp://127.0.0.1:0", 1 << 20),
                                Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"), registry=registry)
         policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
         settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
-                                     policy_lag=policy_lag, collect_only=collect_only)
+                                     policy_lag=policy_lag, collect_only=collect_only, lockstep=lockstep)
         self.collector = Collector(self.gateway, registry, policy,
                                    Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long, stack=STACK), settings)
         self.deadline = time.monotonic() + 30
@@ -231,5 +231,18 @@ def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(whe
             assert side.collector.next is not None and side.collector.next.slots == [0, 1, 2, 3]
             assert versions[0] == 1 and versions == sorted(versions) and versions[-1] == 2
         check_stacks(side.collect(2), 2)
+    finally:
+        side.close()
+
+
+def test_a_deterministic_run_never_flows_on_whatever_go_on_says():
+    """In lockstep (deterministic) runs the weights switch only at the rollout's end: a switch mid-rollout would
+    depend on when the update's thread ends, and the run would not repeat itself."""
+    side = FrameSide(policy_lag=True, lockstep=True)
+    try:
+        check_stacks(side.collect(0), 0)
+        sent = len(side.actor.versions)
+        check_stacks(side.collect(1, go_on=lambda: 2), 1)
+        assert side.collector.next is None and set(side.actor.versions[sent:]) == {1}
     finally:
         side.close()
