@@ -82,6 +82,8 @@ def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, s
     step_ratio = (new_logprob - start_logprob).exp()
     clipped = step_ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
     weight = (start_logprob - old_logprob).exp()
+    if cfg.lag_weight_max > 0:  # V-trace's truncation (rho-bar)
+        weight = weight.clamp(max=cfg.lag_weight_max)
     return (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
 
 

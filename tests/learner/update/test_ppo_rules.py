@@ -311,3 +311,17 @@ def test_with_policy_lag_the_policy_clip_is_centred_on_the_start_policy_and_weig
     plain, plain_stats = ppo_loss(new, old, adv, values, values, values, values, cfg)
     same, same_stats = ppo_loss(new, old, adv, values, values, values, values, cfg, start_logprob=old)
     assert float(same) == float(plain) and float(same_stats["clip_fraction"]) == float(plain_stats["clip_fraction"])
+
+
+def test_with_lag_weight_max_each_samples_weight_is_truncated_at_it():
+    """ppo.lag_weight_max (V-trace's rho-bar): w = min(pi_start / pi_behaviour, max), by hand."""
+    g = torch.Generator().manual_seed(4)
+    new, old, start, adv = (torch.randn(64, generator=g, dtype=torch.float64) * s for s in (0.3, 0.3, 0.5, 1.0))
+    values = torch.zeros(64, dtype=torch.float64)
+    cfg = PPOConfig(clip_coef=0.2, norm_adv=False, clip_vloss=False, ent_coef=0.0, vf_coef=0.0, lag_decoupled=True,
+                    lag_weight_max=1.0)
+    loss, _ = ppo_loss(new, old, adv, values, values, values, values, cfg, start_logprob=start)
+    r, w, a = (new - start).exp().numpy(), (start - old).exp().numpy(), adv.numpy()
+    assert (w > 1.0).any() and (w < 1.0).any()
+    expected = np.mean(np.minimum(w, 1.0) * np.maximum(-a * r, -a * np.clip(r, 0.8, 1.2)))
+    assert float(loss) == pytest.approx(expected, rel=1e-12)
