@@ -159,10 +159,10 @@ class PPOConfig(BaseModel):
     """surrogate clipping range"""
     clip_vloss: bool = True
     """clip the value loss with clip_coef around the old values"""
-    lag_decoupled: bool = False
-    """run.policy_lag = 1 only: PPO's decoupled objective (Hilton et al. 2021): the policy clip centred on the policy the update starts from, each sample weighted by pi_start / pi_behaviour (unbounded; pong-fast learned far better with it, Pendulum with lag missed -400 within 300k steps); false: clipped around the behaviour policy"""
-    lag_weight_max: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
-    """ppo.lag_decoupled only: each sample's weight pi_start / pi_behaviour truncated at this (V-trace's rho-bar, Espeholt et al. 2018: less variance, some bias); 0: unbounded"""
+    lag_decoupled: bool = True
+    """run.policy_lag = 1 only: PPO's decoupled objective (Hilton et al. 2021): the policy clip centred on the policy the update starts from, each sample weighted by pi_start / pi_behaviour (truncated at ppo.lag_weight_max); false: clipped around the behaviour policy (the lag's distance then counts as a step taken)"""
+    lag_weight_max: Annotated[float, Field(ge=0.0, le=100.0)] = 1.0
+    """ppo.lag_decoupled only: each sample's weight pi_start / pi_behaviour truncated at this (V-trace's rho-bar, Espeholt et al. 2018: less variance, some bias; unbounded or 2, Pendulum with lag missed -400 within 300k steps); 0: unbounded"""
     vf_coef: Coef = 0.5
     """value loss coefficient"""
     ent_coef: Coef = 0.01

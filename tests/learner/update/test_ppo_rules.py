@@ -297,7 +297,8 @@ def test_with_policy_lag_the_policy_clip_is_centred_on_the_start_policy_and_weig
     g = torch.Generator().manual_seed(3)
     new, old, start, adv = (torch.randn(64, generator=g, dtype=torch.float64) * s for s in (0.3, 0.3, 0.3, 1.0))
     values = torch.zeros(64, dtype=torch.float64)
-    cfg = PPOConfig(clip_coef=0.2, norm_adv=False, clip_vloss=False, ent_coef=0.0, vf_coef=0.0, lag_decoupled=True)
+    cfg = PPOConfig(clip_coef=0.2, norm_adv=False, clip_vloss=False, ent_coef=0.0, vf_coef=0.0, lag_decoupled=True,
+                    lag_weight_max=0.0)
     loss, stats = ppo_loss(new, old, adv, values, values, values, values, cfg, start_logprob=start)
     behaviour, _ = ppo_loss(new, old, adv, values, values, values, values, cfg.model_copy(update={"lag_decoupled": False}),
                             start_logprob=start)
