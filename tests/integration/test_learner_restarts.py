@@ -77,6 +77,35 @@ def test_a_stopped_learner_is_killed_past_its_watchdog_and_restarted_and_the_run
     assert metrics(run_dir)[-1]["env_steps"] >= 1024
 
 
+def test_a_stopped_collector_process_ends_its_learner_which_is_restarted_and_the_run_reaches_its_budget(tmp_path):
+    """SIGSTOP of a collector process (a hung one): the learner names it and ends within its deadline
+    (test_liveness.py), and launch.py starts the learner again from its newest checkpoint, with new collector
+    processes: the run reaches its budget as one run, exit 0, nobody typing --resume."""
+    run_dir = tmp_path / "stopped-collector"
+    proc = launch(*RUNS["collectors"], "--set", "cluster.actor_timeout_s=2", "--run-dir", str(run_dir))
+    victim = None
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 3, 180, "three updates", proc)
+        first = learner_pid(run_dir)
+        victim = json.loads((run_dir / "endpoints.json").read_text())["collectors"][1]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+        if victim is not None:
+            try:
+                os.kill(victim, signal.SIGCONT)  # if it outlived its learner, let it see that and leave
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 0, out[-3000:]
+    assert f"(pid {victim}) showed no sign of life" in out, out[-3000:]
+    assert len([line for line in out.splitlines() if "restart 1 of 3" in line]) == 1, out[-3000:]
+    assert learner_pid(run_dir) != first
+    updates = [r["update"] for r in metrics(run_dir)]
+    assert updates == list(range(1, len(updates) + 1)), updates
+    assert metrics(run_dir)[-1]["env_steps"] >= int(RUNS["collectors"][-1])
+
+
 def test_a_learner_that_keeps_dying_before_an_update_is_not_restarted_for_ever(tmp_path):
     """Each learner killed as soon as it appears: the start and one restart end before an update, then the run
     ends with an error naming the repeat."""
