@@ -6,6 +6,7 @@
     python benchmarks/update_cost.py --compare act          # acting under torch.no_grad vs torch.inference_mode
     python benchmarks/update_cost.py --rounds 5 --threads 1
     python benchmarks/update_cost.py --compare trees --base /tmp/base   # pong-fast's update: a checkout vs this tree
+    python benchmarks/update_cost.py --compare trees --base /tmp/base --acting   # its inference batch of 24
     python benchmarks/update_cost.py --compare precision    # pong-fast's update: fp32 vs ppo.update_precision bf16
     python benchmarks/update_cost.py --compare adam         # pong-fast's Adam step: foreach vs fused
 
@@ -14,7 +15,9 @@ variant computes the same function; only how it runs differs. A ratio above 1 me
 faster. The pong-fast modes (issue 41) run configs/pong-fast.toml's update instead: 8,192 samples, 4 epochs x
 4 minibatches of 2,048, ELU, input and value normalization, the adaptive rate. `trees` runs each variant in a
 child process with PYTHONPATH set to a checkout (--base, e.g. `git worktree add /tmp/base c3c58f9`) or to this
-tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not. This tree's rows tune
+tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not. With --acting, `trees`
+times pong-fast's acting pass instead: one inference batch of 24 stacks, about what the policy serves per batch
+on 2 cores (2 actors x 32 envs in 2 groups). This tree's rows tune
 glibc's heap as the learner does (learner/update/heap.py); one bf16 row keeps glibc's default, to show its part.
 """
 from __future__ import annotations
@@ -41,6 +44,7 @@ N = 1024
 ROOT = Path(__file__).resolve().parent.parent
 PONG_FAST = ROOT / "configs" / "pong-fast.toml"
 PONG_N = 8192
+ACT_BATCH = 24  # env slots per inference batch, pong-fast on 2 cores (2 actors x 32 envs in 2 groups)
 OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
 ACTIONS = SpaceSpec(kind="discrete", n=4)
 
@@ -170,16 +174,39 @@ def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_F
     return median_time(update, repeats)
 
 
-def _child(tree: Path, overrides: list[str], repeats: int, threads: int, heap: bool = False) -> float:
-    """pong_fast_update_s in a fresh process importing the learner from `tree`."""
+def pong_fast_act_s(repeats: int, config: Path = PONG_FAST, batch: int = ACT_BATCH) -> float:
+    """Median seconds of one acting pass (model.act: actions, log-probs, values) of pong-fast's model over
+    `batch` stacks, the network's input statistics taken in; 50 passes per timing."""
+    cfg = load(config, [])
+    torch.manual_seed(0)
+    model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
+    g = torch.Generator().manual_seed(0)
+    model.observe(torch.randint(0, 255, (512, 4, 84, 84), dtype=torch.uint8, generator=g))
+    model.eval()
+    obs = torch.randint(0, 255, (batch, 4, 84, 84), dtype=torch.uint8, generator=g)
+
+    def serve():
+        for _ in range(50):
+            action, _, _ = model.act(obs, generator=g)
+            action.numpy()
+    serve()  # warm-up: oneDNN picks its kernels
+    return median_time(serve, repeats) / 50
+
+
+def _child(tree: Path, overrides: list[str], repeats: int, threads: int, heap: bool = False,
+           acting: bool = False) -> float:
+    """pong_fast_update_s (or pong_fast_act_s) in a fresh process importing the learner from `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, __file__, "--child", json.dumps(overrides), "--repeats", str(repeats),
-           "--threads", str(threads)] + (["--heap"] if heap else [])
+           "--threads", str(threads)] + (["--heap"] if heap else []) + (["--acting"] if acting else [])
     out = subprocess.run(cmd, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
 
-def trees_variants(base: Path, threads: int) -> list[tuple[str, Callable[[int], float]]]:
+def trees_variants(base: Path, threads: int, acting: bool) -> list[tuple[str, Callable[[int], float]]]:
+    if acting:
+        return [(f"base {base.name}", lambda r: _child(base, [], r, threads, acting=True)),
+                ("this tree", lambda r: _child(ROOT, [], r, threads, acting=True))]
     bf16 = ["ppo.update_precision=bf16"]
     return [(f"base {base.name} fp32", lambda r: _child(base, [], r, threads)),
             ("this tree fp32", lambda r: _child(ROOT, ["ppo.update_precision=fp32"], r, threads, heap=True)),
@@ -213,18 +240,22 @@ COMPARISONS = {"layout": (compare_layout, "NCHW", "channels-last", "s per update
                "adam": (compare_adam, "foreach", "fused", "s per 16 Adam steps")}
 
 
-def run_trees(base: Path, rounds: int, repeats: int, threads: int) -> None:
+def run_trees(base: Path, rounds: int, repeats: int, threads: int, acting: bool) -> None:
     """Every variant once per round, in turn; each variant's ratio to the first, median and spread."""
-    variants = trees_variants(base, threads)
+    variants = trees_variants(base, threads, acting)
+    unit = "ms per inference batch of %d" % ACT_BATCH if acting else "s per update"
+    scale = 1000 if acting else 1
     times: dict[str, list[float]] = {name: [] for name, _ in variants}
     for r in range(rounds):
         for name, run in variants:
             times[name].append(run(repeats))
-        print(f"round {r + 1}: " + ", ".join(f"{name} {t[-1]:.2f} s" for name, t in times.items()), flush=True)
+        print(f"round {r + 1}: " + ", ".join(f"{name} {scale * t[-1]:.2f}" for name, t in times.items()) + f" {unit}",
+              flush=True)
     first = times[variants[0][0]]
     for name, t in times.items():
         ratios = [a / b for a, b in zip(first, t)]
-        print(f"{name}: median {statistics.median(t):.2f} s per update (min {min(t):.2f}, max {max(t):.2f}); "
+        print(f"{name}: median {scale * statistics.median(t):.2f} {unit} (min {scale * min(t):.2f}, "
+              f"max {scale * max(t):.2f}); "
               f"speedup over {variants[0][0]}: median {statistics.median(ratios):.2f} "
               f"(rounds {', '.join(f'{x:.2f}' for x in ratios)})")
 
@@ -235,12 +266,16 @@ def main() -> None:
     p.add_argument("--base", type=Path, help="trees: the checkout to compare this tree against")
     p.add_argument("--child", help=argparse.SUPPRESS)  # trees: one measurement, --set overrides as JSON
     p.add_argument("--heap", action="store_true", help=argparse.SUPPRESS)  # trees: the child tunes the heap
+    p.add_argument("--acting", action="store_true", help="trees: time an inference batch, not the update")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per variant and round")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the cores)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.child is not None and args.acting:
+        print(pong_fast_act_s(args.repeats, Path.cwd() / "configs" / "pong-fast.toml"))
+        return
     if args.child is not None:
         print(pong_fast_update_s(json.loads(args.child), args.repeats, Path.cwd() / "configs" / "pong-fast.toml",
                                  heap=args.heap))
@@ -248,7 +283,7 @@ def main() -> None:
     if args.compare == "trees":
         if args.base is None:
             p.error("--compare trees needs --base CHECKOUT")
-        run_trees(args.base.resolve(), args.rounds, args.repeats, args.threads)
+        run_trees(args.base.resolve(), args.rounds, args.repeats, args.threads, args.acting)
         return
     run, name_a, name_b, unit = COMPARISONS[args.compare]
     ratios = []

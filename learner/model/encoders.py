@@ -95,24 +95,24 @@ def body_input(obs: torch.Tensor, scale: float, norm: PixelNormalizer | None) ->
 
     The arithmetic is that of one pass per op (obs.float() * scale, then norm(x)), in the same order, so the
     values are bit-identical to it; but the ops run in place, on the CPU a cache-sized chunk of samples at a
-    time, writing the channels-last result once: pong-fast's minibatch of 2,048 stacks took 432 ms that way
-    and takes ~100 ms this way (16 minibatches an update; benchmarks/update_cost.py)."""
+    time, in the pixels' own (C, H, W) order, where the statistics broadcast contiguously; one last pass per
+    chunk writes it channels-last (rounding once to the autocast dtype). Pong-fast's minibatch of 2,048
+    stacks took 432 ms as whole-tensor ops, and an inference batch of 24 takes ~1.5 ms instead of ~3.7 ms
+    with the ops run channels-last against permuted statistics (benchmarks/update_cost.py)."""
     n, c, h, w = obs.shape
     device = obs.device
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else torch.float32
     out = torch.empty((n, h, w, c), dtype=dtype, device=device)  # NHWC: channels-last once permuted back
-    src = obs.permute(0, 2, 3, 1)
-    stats = None if norm is None else [t.permute(1, 2, 0) for t in norm.stats(device)]
+    stats = None if norm is None else norm.stats(device)
     step = max(min(CPU_CHUNK if device.type == "cpu" else n, n), 1)
-    work = out if dtype == torch.float32 else torch.empty((step, h, w, c), dtype=torch.float32, device=device)
+    work = torch.empty((step, c, h, w), dtype=torch.float32, device=device)
     for start in range(0, n, step):
-        x = work[start:start + step] if work is out else work[:min(step, n - start)]
-        x.copy_(src[start:start + step])
+        x = work[:min(step, n - start)]
+        x.copy_(obs[start:start + step])
         x.mul_(scale)
         if stats is not None:
             x.sub_(stats[0]).div_(stats[1]).clamp_(-norm.clip, norm.clip)
-        if work is not out:
-            out[start:start + step].copy_(x)  # one rounding, float32 -> the autocast dtype, as autocast's own cast
+        out[start:start + step].copy_(x.permute(0, 2, 3, 1))  # to NHWC; float32 -> autocast's dtype: one rounding
     return out.permute(0, 3, 1, 2)
 
 
