@@ -14,16 +14,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import zmq
 
 from actor import EXIT_REFUSED
-from actor.envs import describe_spaces, make_env
+from actor.env_groups import ActorEnvs, EnvGroup, SpacesDiffer
 from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
 from protocol.processes import parent_alive, pid_alive
-from protocol.settings import EnvSettings
 from protocol.transport import connect_dealer, recv_frames
 
 log = logging.getLogger("actor")
@@ -101,91 +99,6 @@ def learner_address(opts: ActorOptions) -> str:
 
 
 
-class EnvGroup:
-    """K envs stepped together; builds the step report the learner expects for them."""
-
-    def __init__(self, envs, seeds, space):
-        self.envs, self.space = envs, space
-        self.obs = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)])
-        if space.kind == "box":
-            self.low = np.asarray(space.low, np.float32).reshape(space.shape)
-            self.high = np.asarray(space.high, np.float32).reshape(space.shape)
-
-    def first_report(self, group: int) -> m.StepReport:
-        k = len(self.envs)
-        return m.StepReport(group, self.obs, np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool), first=True)
-
-    def step(self, group: int, actions: np.ndarray) -> m.StepReport:
-        if self.space.kind == "box":
-            actions = np.clip(actions, self.low, self.high)  # the learner keeps the unclipped sample
-        k = len(self.envs)
-        rewards, term, trunc = np.zeros(k, np.float32), np.zeros(k, bool), np.zeros(k, bool)
-        ep_returns, ep_lengths, final_index, final_obs = [], [], [], []
-        for i, (env, action) in enumerate(zip(self.envs, actions)):
-            obs, reward, term[i], trunc[i], info = env.step(action.item() if self.space.kind == "discrete" else action)
-            rewards[i] = reward
-            if "episode" in info:
-                ep_returns.append(float(info["episode"]["r"]))
-                ep_lengths.append(int(info["episode"]["l"]))
-            if term[i] or trunc[i]:
-                if trunc[i] and not term[i]:
-                    final_index.append(i)
-                    final_obs.append(obs)
-                obs, reset_info = env.reset()
-                if "episode" in reset_info:  # the game ended inside the reset (a time limit struck there)
-                    ep_returns.append(float(reset_info["episode"]["r"]))
-                    ep_lengths.append(int(reset_info["episode"]["l"]))
-            self.obs[i] = obs
-        return m.StepReport(group, self.obs, rewards, term, trunc,
-                            np.asarray(ep_returns, np.float64), np.asarray(ep_lengths, np.int64),
-                            np.asarray(final_index, np.int64), np.stack(final_obs) if final_obs else None)
-
-    def close(self):
-        for env in self.envs:
-            env.close()
-
-
-class ActorEnvs:
-    """The actor's env groups, kept from one session with the learner to the next: a rejoin under the same
-    settings reuses them as they are (their games go on), because building and seeding an Atari env costs
-    0.1-0.2 s, and a rejoin storm must not repeat that work for every actor at once."""
-
-    def __init__(self):
-        self.key: tuple | None = None
-        self.groups: list[EnvGroup] = []
-        self.built = 0  # envs built so far by the running build (read by the heartbeat)
-
-    def reusable(self, key: tuple) -> bool:
-        return self.key == key and bool(self.groups)
-
-    def build(self, key: tuple, welcome: m.Welcome, groups: int) -> None:
-        """Make and seed every env (in a worker thread: the actor's main thread keeps saying it is alive)."""
-        self.close()
-        settings = EnvSettings.from_dict(welcome.env)
-        envs = []
-        try:
-            for seed in welcome.seeds:
-                envs.append(make_env(settings, seed))
-                self.built = len(envs)
-            obs_space, action_space = describe_spaces(envs[0])
-            if obs_space.to_dict() != welcome.obs_space.to_dict() or \
-                    action_space.to_dict() != welcome.action_space.to_dict():
-                raise Refused("the env built from the learner's settings has different spaces")
-            k = len(envs) // groups
-            self.groups = [EnvGroup(envs[g * k:(g + 1) * k], welcome.seeds[g * k:(g + 1) * k], action_space)
-                           for g in range(groups)]
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
-        self.key = key
-
-    def close(self) -> None:
-        for group in self.groups:
-            group.close()
-        self.key, self.groups, self.built = None, [], 0
-
-
 def _signal_name(exc: KeyboardInterrupt) -> str:
     return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.leave_on_sigterm
 
@@ -256,8 +169,9 @@ def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
         if early is None:
             sock.send_multipart(m.encode(m.Starting(envs.built, opts.num_envs)))
     if failure:
-        if isinstance(failure[0], Refused):
+        if isinstance(failure[0], SpacesDiffer):
             sock.send_multipart(m.encode(m.Error(f"my env's spaces differ from the learner's: {failure[0]}")))
+            raise Refused(str(failure[0])) from failure[0]
         raise failure[0]
     return early
 

@@ -1,4 +1,4 @@
-"""The actor's env group: what reaches env.step, and what it reports back (real Pendulum, CartPole, Breakout)."""
+"""The actor's session plumbing: where it (re)joins."""
 import json
 import os
 from pathlib import Path
@@ -6,84 +6,13 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import zmq
 
-from actor.envs import describe_spaces, make_env
-from actor.runner import ActorOptions, EnvGroup, LearnerGone, learner_address
+from actor.env_groups import ActorEnvs
+from actor.runner import ActorOptions, LearnerGone, Refused, _prepare, learner_address
+from protocol import messages as m
 from protocol.settings import EnvSettings
-from tests.actor.test_envs_games_cut_in_reset import play_noop
-
-
-class Recorder(gym.Wrapper):
-    """Passes everything through to the real env; keeps a copy of each action it was given."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.received = []
-
-    def step(self, action):
-        self.received.append(np.array(action, copy=True))
-        return self.env.step(action)
-
-
-def test_box_actions_are_clipped_for_the_env_and_the_sample_is_left_alone():
-    settings = EnvSettings(env_id="Pendulum-v1")
-    envs = [Recorder(make_env(settings, seed)) for seed in (1, 2)]
-    _, action_space = describe_spaces(envs[0])
-    assert (action_space.low, action_space.high) == ([-2.0], [2.0])
-    group = EnvGroup(envs, [1, 2], action_space)
-    try:
-        sample = np.array([[5.5], [-0.75]], np.float32)  # what the learner drew and trains on
-        sent = sample.copy()
-        report = group.step(0, sent)
-        assert np.array_equal(envs[0].received[-1], [2.0]) and np.array_equal(envs[1].received[-1], [-0.75])
-        assert np.array_equal(sent, sample), "the learner's sample is not clipped in place"
-        group.step(0, np.array([[-3.0], [2.5]], np.float32))
-        assert np.array_equal(envs[0].received[-1], [-2.0]) and np.array_equal(envs[1].received[-1], [2.0])
-        assert report.obs.shape == (2, 3) and report.rewards.shape == (2,)
-    finally:
-        group.close()
-
-
-def test_an_env_that_ends_restarts_and_only_a_time_limit_cut_sends_its_last_observation():
-    """CartPole pushed one way: env 0 is cut by a 3-step limit (again and again, each game restarting); env 1
-    falls over on step 10, the very step its 10-step limit strikes: terminated, so nothing to bootstrap and no
-    final observation, though truncated too."""
-    envs = [make_env(EnvSettings(env_id="CartPole-v1", max_episode_steps=limit), seed) for seed, limit in
-            ((1, 3), (2, 10))]
-    group = EnvGroup(envs, [1, 2], describe_spaces(envs[0])[1])
-    try:
-        reports = []
-        for _ in range(12):
-            reports.append(group.step(0, np.ones(2, np.int64)))
-            reports[-1].obs = reports[-1].obs.copy()  # the group rewrites its buffer on the next step
-    finally:
-        group.close()
-    assert not np.array_equal(reports[0].obs[1], reports[1].obs[1])  # each step's observation is reported
-    cut = [t for t, r in enumerate(reports) if r.truncated[0]]
-    assert cut == [2, 5, 8, 11]  # a fresh game after each cut: the limit strikes every 3 steps
-    for t in cut:
-        r = reports[t]
-        assert r.final_index.tolist() == [0] and r.final_obs.shape == (1, 4)
-        assert not np.array_equal(r.final_obs[0], r.obs[0])  # the report's obs is the new game's first
-        assert 3 in r.episode_lengths.tolist()
-    fell = reports[9]
-    assert fell.terminated[1] and fell.truncated[1], "the case is not exercised: env 1 did not fall on step 10"
-    assert 1 not in fell.final_index.tolist() and np.abs(fell.obs[1]).max() <= 0.05  # a reset state
-    assert fell.episode_lengths.tolist()[-1] == 10
-
-
-def test_a_game_ended_inside_the_reset_is_reported_as_the_env_itself_reports_it():
-    """Breakout on NOOP with a 26-step limit: each game ends on a step taken inside reset() (EpisodicLife's
-    no-op), and the group reports it as the env's own reset info does (test_envs_games_cut_in_reset.py)."""
-    games, lengths, in_reset = play_noop(26)
-    assert in_reset == games > 0  # the case is exercised
-    env = make_env(EnvSettings(env_id="ALE/Breakout-v5", max_episode_steps=26), seed=3)
-    group = EnvGroup([env], [3], describe_spaces(env)[1])
-    try:
-        reported = [n for _ in range(80) for n in group.step(0, np.zeros(1, np.int64)).episode_lengths.tolist()]
-    finally:
-        group.close()
-    assert reported == lengths
+from protocol.spaces import SpaceSpec
 
 
 def test_an_actor_given_an_endpoints_file_joins_the_address_there_while_its_learner_lives(tmp_path):
@@ -98,3 +27,27 @@ def test_an_actor_given_an_endpoints_file_joins_the_address_there_while_its_lear
     endpoints.write_text(json.dumps({"address": "ipc:///third", "pid": no_such_pid}))
     with pytest.raises(LearnerGone, match="is gone"):  # a stale file: its learner died
         learner_address(opts)
+
+
+@pytest.mark.integration
+def test_an_actor_whose_env_has_other_spaces_tells_the_learner_and_is_refused():
+    """The learner expects 5 numbers per observation, CartPole gives 4: the actor says why to the learner (one
+    Error) and ends as refused (no rejoin would help)."""
+    ctx = zmq.Context()
+    learner, actor = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        learner.bind("inproc://spaces")
+        actor.connect("inproc://spaces")
+        settings = EnvSettings(env_id="CartPole-v1")
+        welcome = m.Welcome(actor_id=1, slots=[0], seeds=[5], env=settings.to_dict(),
+                            obs_space=SpaceSpec.from_gym(gym.spaces.Box(-1, 1, (5,), np.float32)),
+                            action_space=SpaceSpec.from_gym(gym.spaces.Discrete(2)))
+        with pytest.raises(Refused, match="different spaces"):
+            _prepare(actor, ActorEnvs(), welcome, ActorOptions(learner="inproc://spaces"))
+        assert learner.poll(5000), "the learner was told nothing"
+        told = m.decode(learner.recv_multipart()[1:])
+        assert isinstance(told, m.Error) and "spaces differ" in told.reason
+    finally:
+        learner.close(0)
+        actor.close(0)
+        ctx.term()

@@ -30,7 +30,7 @@ import torch
 import zmq
 
 from actor.envs import describe_spaces, make_env
-from actor.runner import EnvGroup
+from actor.env_groups import EnvGroup
 from learner.config import load
 from learner.advantages.gae import compute_gae
 from learner.model.networks import build_model

@@ -22,7 +22,7 @@ def recorded(game: str) -> list[m.StepReport]:
     """STEPS step reports of K real envs (one 84x84 frame each, as actors send them), random actions, short
     games (max_episode_steps=30), so resets and truncations happen in them."""
     from actor.envs import describe_spaces, make_env
-    from actor.runner import EnvGroup
+    from actor.env_groups import EnvGroup
     settings = EnvSettings(env_id=game, frame_stack=1, max_episode_steps=30)
     envs = [make_env(settings, seed) for seed in range(K)]
     obs_space, action_space = describe_spaces(envs[0])
