@@ -110,7 +110,7 @@ def test_settings_with_an_unknown_key(data, bad):
     ("clip_rewards", 1, "env.clip_rewards: expected bool, got 1"),
 ])
 def test_a_welcome_with_bad_env_settings_is_a_protocol_error_naming_the_key(key, value, words):
-    """What the actor does with a Welcome's env (actor/runner.py): the learner's settings are checked against
+    """What the actor does with a Welcome's env (actor/env_groups.py): the learner's settings are checked against
     the same bounds as the learner's config, before any env is built from them."""
     welcome = m.Welcome(actor_id=0, slots=[0], seeds=[1], env={**EnvSettings().to_dict(), key: value},
                         obs_space=SpaceSpec(kind="discrete", n=2), action_space=SpaceSpec(kind="discrete", n=2))
