@@ -12,8 +12,9 @@
 
 One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epochs x 4 minibatches. Every
 variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
-faster. The pong-fast modes (issue 41) run configs/pong-fast.toml's update instead: 8,192 samples, 4 epochs x
-4 minibatches of 2,048, ELU, input and value normalization, the adaptive rate. `trees` runs each variant in a
+faster. The pong-fast modes (issue 41) run configs/pong-fast.toml's update instead, with rl_games' 4 epochs x
+4 minibatches of 2,048 (RL_GAMES_UPDATE) that its figures were measured on: 8,192 samples, ELU, input and value
+normalization, the adaptive rate. `trees` runs each variant in a
 child process with PYTHONPATH set to a checkout (--base, e.g. `git worktree add /tmp/base c3c58f9`) or to this
 tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not. With --acting, `trees`
 times pong-fast's acting pass instead: one inference batch of 24 stacks, about what the policy serves per batch
@@ -43,6 +44,9 @@ from protocol.spaces import SpaceSpec
 N = 1024
 ROOT = Path(__file__).resolve().parent.parent
 PONG_FAST = ROOT / "configs" / "pong-fast.toml"
+RL_GAMES_UPDATE = ["ppo.update_epochs=4", "ppo.num_minibatches=4"]
+"""The update issue 41 measured and its figures hold: rl_games' 4 epochs x 4 minibatches of 2,048 (pong-fast.toml
+now runs 2 x 8 of 1,024 on the CPU, half the work)."""
 PONG_N = 8192
 ACT_BATCH = 24  # env slots per inference batch, pong-fast on 2 cores (2 actors x 32 envs in 2 groups)
 OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
@@ -152,7 +156,7 @@ def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_F
     """Median seconds of pong-fast's update (the config's, with the given --set overrides) after one warm-up
     update, on random frames whose input statistics the network has taken in. heap: glibc's allocator tuned
     and released after each update, as the learner does (learner/update/heap.py; this process for good)."""
-    cfg = load(config, overrides)
+    cfg = load(config, RL_GAMES_UPDATE + overrides)
     torch.manual_seed(0)
     model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
     g = torch.Generator().manual_seed(0)
