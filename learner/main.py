@@ -17,14 +17,14 @@ from pathlib import Path
 import torch
 import zmq
 
-from learner.config import Config, ConfigError, check_multi_rank
+from learner.config import Config
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
 from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
+from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
-from learner.gateway.admission import Admission, check_run_fits
-from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, Spaces, has_policy_lag,
+from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, has_policy_lag,
                                 open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
@@ -32,7 +32,7 @@ from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
-from learner.update.ranks import Ranks, RanksLost, checksum, env_rank
+from learner.update.ranks import RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
 from learner.weights.checkpointing import Checkpointing, Learned
@@ -44,74 +44,11 @@ from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import log_name, setup_logging
 from learner.report.reporter import Gathered, Job, Reporter, Since
 from learner.report.serial import SerialPhases
-from actor.envs import describe_spaces, make_env
 from protocol.security import ServerKeys
-from protocol.settings import EnvSettings
 from protocol.files import WriteFailed, atomic_write
 from protocol.transport import local_addresses
 
 log = logging.getLogger("learner")
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise StartupError("run.device=cuda but no CUDA device is available")
-    if not (name == "cuda" or (name == "auto" and torch.cuda.is_available())):
-        return torch.device("cpu")
-    # one GPU per learner rank on a host (NCCL needs it): LOCAL_RANK, set by launch.py --learners and torchrun
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    return device
-
-
-def join_ranks(cfg: Config, device: torch.device) -> Ranks:
-    """This learner's place in a multi-rank job (1 rank of 1 without one), refusing what G > 1 lacks."""
-    with starting("cannot join the other learner ranks"):
-        ranks = Ranks.from_env(device, cfg.cluster.collective_timeout_s)
-    if ranks.distributed:
-        try:
-            check_multi_rank(cfg, f"{ranks.world} learner ranks")
-        except ConfigError as exc:
-            raise StartupError(str(exc)) from None
-    return ranks
-
-
-def probe_spaces(settings: EnvSettings, seed: int):
-    """Build one env locally to learn its spaces."""
-    env = make_env(settings, seed)
-    try:
-        return describe_spaces(env)
-    finally:
-        env.close()
-
-
-def learner_spaces(cfg: Config) -> Spaces:
-    """The env's spaces as the actors send them and as the network sees them (stacked here or not)."""
-    with starting(f"cannot make env {cfg.env.env_id!r}"):
-        obs_space, action_space = probe_spaces(cfg.env, cfg.run.seed)
-        # the actors' env: without its FrameStack when the learner stacks their newest frames
-        stack = cfg.env.frame_stack if cfg.cluster.stack_on_learner and cfg.env.is_atari else 1
-        actor_env = cfg.env.model_copy(update={"frame_stack": 1}) if stack > 1 else cfg.env
-        actor_obs_space = probe_spaces(actor_env, cfg.run.seed)[0] if stack > 1 else obs_space
-    if cfg.normalize.obs and obs_space.dtype == "uint8":
-        raise StartupError(f"normalize.obs is for vector observations; {cfg.env.env_id} gives uint8 images, "
-                           "which the CNN already scales to [0, 1]: set normalize.obs = false "
-                           "(model.normalize_input standardizes the pixels inside the CNN)")
-    if stack > 1:
-        log.info("actors send each env's newest frame; the learner stacks the last %d", stack)
-    return Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
-
-
-def admission_of(cfg: Config, obs_space) -> Admission:
-    """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
-    the run refused at start if its own actors could not fit."""
-    c = cfg.cluster
-    admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs_space.shape,
-                             obs_space.dtype, cfg.ppo.num_steps).split(c.learners)
-    if (why := check_run_fits(admission, cfg.num_envs // c.learners, c.min_envs)) is not None:
-        raise StartupError(why)
-    log.info("%s", admission.describe(cfg.num_envs // c.learners))
-    return admission
 
 
 def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:

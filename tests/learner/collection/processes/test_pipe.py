@@ -11,7 +11,7 @@ from learner.collection.processes.pipe import (FROM_COLLECTOR, TO_COLLECTOR, Clo
                                      Ready, Rows, Width, check, describe_failure)
 from learner.collection.processes.process import BOARD_COLUMNS, CollectorRole, CollectorSpec, collector_main
 from learner.config import from_dict
-from learner.main import probe_spaces
+from learner.lifecycle.preflight import probe_spaces
 from learner.model.networks import build_model
 from learner.rollout.layout import Layout
 from learner.weights.shared import SharedWeights
