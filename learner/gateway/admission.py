@@ -69,13 +69,18 @@ class Admission:
         share = self.max_envs // parts
         return Admission(self.budget_bytes // parts, self.slot_bytes, share, min(self.max_envs_per_actor, share))
 
-    def check(self, claimed: int, held: int) -> None:
-        """Raise AdmissionRefused unless a peer may claim `claimed` env slots while `held` are taken."""
+    def check_claim(self, claimed: int) -> None:
+        """Raise AdmissionRefused (for good) when one peer claims more env slots than any one may hold, however
+        many are free: the same on every collector of the run, so no other collector could take it either."""
         if claimed > self.max_envs_per_actor:
             raise AdmissionRefused(
                 f"claims {claimed} envs, more than the {self.max_envs_per_actor} one actor may hold "
                 f"(cluster.max_envs_per_actor; the memory budget is {_mb(self.budget_bytes)}, "
                 f"{_mb(self.slot_bytes)} per env slot)", retry=False)
+
+    def check(self, claimed: int, held: int) -> None:
+        """Raise AdmissionRefused unless a peer may claim `claimed` env slots while `held` are taken."""
+        self.check_claim(claimed)
         if held + claimed > self.max_envs:
             raise AdmissionRefused(
                 f"full: {held} of {self.max_envs} env slots are held and {claimed} more would pass the memory "

@@ -227,6 +227,11 @@ class Gateway:
             problem = "observation space does not match the learner's"
         elif hs.action_space is not None and hs.action_space.to_dict() != self.action_space.to_dict():
             problem = "action space does not match the learner's"
+        if problem is None:  # a claim no collector could admit is refused here, not sent on to be refused there
+            try:
+                self.registry.check_claim(hs.num_envs)
+            except AdmissionRefused as exc:
+                problem = str(exc)
         if problem is None and self.redirect is not None and (target := self.redirect(hs.num_envs)) is not None:
             self._answer(identity, m.Redirect(target, "the fewest live env slots are there"))
             self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to {target}")

@@ -110,6 +110,11 @@ class ActorRegistry:
     def num_slots(self) -> int:
         return sum(len(a.slots) for a in self.by_identity.values())
 
+    def check_claim(self, num_envs: int) -> None:
+        """AdmissionRefused (for good) for a claim that no collector of the run could admit."""
+        if self.admission is not None:
+            self.admission.check_claim(num_envs)
+
     def join(self, identity: bytes, name: str, num_envs: int, groups: int, expect: Expect) -> ActorEntry:
         """Assign slots, reusing those of departed actors first so slot ids (and env seeds) stay compact."""
         if self.admission is not None:

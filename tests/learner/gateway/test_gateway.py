@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import zmq
 
+from learner.gateway.admission import Admission
 from learner.gateway.log_limit import MAX_LINES
 from learner.gateway.registry import MAX_STRIKES, ActorRegistry
 from learner.gateway.gateway import MAX_BATCH_MESSAGES, Gateway, Listen, Offer
@@ -122,6 +123,31 @@ def test_every_refused_handshake_is_answered_with_its_reason(wire, handshake, re
     assert gateway.poll(1000) == [] and len(gateway.registry) == 0
     err = reply(actor)
     assert isinstance(err, m.Error) and not err.rejoin and reason in err.reason, err
+
+
+def test_a_claim_no_collector_could_admit_is_refused_at_the_door_not_redirected():
+    """Collector 0 of several redirects joiners to the least loaded one; a peer claiming more envs than any one
+    actor may hold is refused there and then, with its reason, however the slots happen to be spread."""
+    ctx = zmq.Context()
+    address = f"inproc://gateway-test-{uuid.uuid4().hex}"
+    registry = ActorRegistry(admission=Admission(1 << 30, 1 << 20, 512, 16))
+    gateway = Gateway(Listen(ctx, address, 64 << 20), Offer(EnvSettings(), OBS, SpaceSpec(kind="discrete", n=4), 1, 0,
+                                                           "run"), registry=registry, redirect=lambda n: "tcp://10.0.0.2:5555")
+    try:
+        for num_envs, expected in ((4092, m.Error), (8, m.Redirect)):
+            actor = ctx.socket(zmq.DEALER)
+            actor.setsockopt(zmq.LINGER, 0)
+            actor.connect(address)
+            actor.send_multipart(m.encode(m.Handshake(num_envs, "greedy" if num_envs > 16 else "fair")))
+            assert gateway.poll(1000) == [] and len(registry) == 0
+            answer = reply(actor)
+            assert isinstance(answer, expected), answer
+            if expected is m.Error:
+                assert not answer.rejoin and "claims 4092 envs, more than the 16 one actor may hold" in answer.reason
+            actor.close(linger=0)
+    finally:
+        gateway.sock.close(linger=0)
+        ctx.destroy(linger=0)
 
 
 @pytest.mark.parametrize("theirs", [m.PROTOCOL_VERSION - 1, m.PROTOCOL_VERSION + 1], ids=["older", "newer"])
