@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40's GPU rows in one bounded pass (about 8 minutes on an H200 + 16 cores), run from the project's root on
+# Issue 40's GPU rows in one bounded pass (458 s on an H200 + 16 cores on 2026-11-27), run from the project's root on
 # the GPU machine, after installing the carried wheels (../shared/device/wheels.sh fetches them into .whl/):
 #
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl && \
