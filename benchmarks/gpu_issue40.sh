@@ -11,11 +11,12 @@
 #      groups flow on once its weights serve: learner/collection/collector.py);
 #   2. pong-fast with policy lag and one collector, to 20 or PONG_S seconds of training;
 #   3. learner capacity with the network policy (K = 1 and 4 collectors).
-# env: DEV (cuda), ACTORS (16), EPA (32), SECONDS (25: measured seconds per throughput row at least), ROLLOUTS (8),
+# env: DEV (cuda), ACTORS (16), EPA (32), ROW_SECONDS (25: measured seconds per throughput row at least; not
+#      SECONDS, which is bash's own clock), ROLLOUTS (8),
 #      PONG_S (120), CAP (1: stage 3), COMMIT (the commit measured; the machine's copy may have no .git)
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
-DEV=${DEV:-cuda}; ACTORS=${ACTORS:-16}; EPA=${EPA:-32}; PONG_S=${PONG_S:-120}; SECONDS_ROW=${SECONDS:-25}
+DEV=${DEV:-cuda}; ACTORS=${ACTORS:-16}; EPA=${EPA:-32}; PONG_S=${PONG_S:-120}; SECONDS_ROW=${ROW_SECONDS:-25}
 ROLLOUTS=${ROLLOUTS:-8}; CAP=${CAP:-1}; COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 T0=$(date +%s); since() { echo $(( $(date +%s) - T0 )); }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
