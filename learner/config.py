@@ -135,6 +135,8 @@ class PPOConfig(BaseModel):
     """Adam learning rate at the start"""
     lr_schedule: Literal["linear", "constant", "adaptive"] = "linear"
     """linear: `lr0 * (1 - env_steps_done / total_steps)` (CleanRL) | constant | adaptive: after every epoch (or minibatch, lr_adapt_every) lr / 1.5 when its approx_kl (averaged over ranks and the epoch's minibatches) > 2 x lr_kl_threshold, x 1.5 when < lr_kl_threshold / 2, within [lr_min, lr_max] (rl_games)"""
+    lr_anneal_steps: Annotated[int, Field(ge=0)] = 0
+    """linear schedule: the agent steps over which the rate falls to 0, and stays there (0: run.total_steps, CleanRL's); a recipe's own horizon keeps its schedule whatever budget a command gives the run"""
     anneal_lr: bool = True
     """CleanRL's switch, kept for old configs: false turns lr_schedule linear into constant"""
     lr_kl_threshold: Annotated[float, Field(gt=0.0, le=10.0)] = 0.008
@@ -481,6 +483,9 @@ def _check_lr(p: PPOConfig) -> None:
     _require(p.lr_schedule != "adaptive" or p.lr_min <= p.learning_rate <= p.lr_max,
              f"ppo.learning_rate {p.learning_rate} must lie in [ppo.lr_min, ppo.lr_max] = [{p.lr_min}, {p.lr_max}] "
              "with lr_schedule adaptive")
+    _require(p.lr_anneal_steps == 0 or lr_schedule(p) == "linear",
+             f"ppo.lr_anneal_steps {p.lr_anneal_steps} is the linear schedule's horizon; the schedule in force is "
+             f"{lr_schedule(p)} (set ppo.lr_schedule = \"linear\", or leave lr_anneal_steps at 0)")
 
 
 RESUME_FIXED = ("env", "model", "normalize.obs", "normalize.reward", "normalize.value", "ppo.variant")

@@ -236,7 +236,7 @@ class Learner:
                 self._note_idle()
                 continue
             self._note_width(batch.width if batch else 0)
-            job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / r.total_steps,
+            job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / (p.lr_anneal_steps or r.total_steps),
                       batch, n_valid, t0, t1, self.collection.breakdown())
             state["update"], state["env_steps"] = job.update, job.env_steps
             self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread

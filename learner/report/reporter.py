@@ -20,7 +20,7 @@ class Job:
     """One rollout on its way through the update: what its metrics line and checkpoint record."""
     update: int
     env_steps: int      # the job's env steps including this rollout (all ranks)
-    progress: float     # env steps before this rollout / total steps: sets the learning rate
+    progress: float     # env steps before this rollout / the linear schedule's horizon: sets the learning rate
     batch: "TrainingBatch | None"  # this rank's (None: a rank without actors this time)
     n_valid: int        # env steps this rollout added, all ranks together
     t0: float           # collection began

@@ -172,9 +172,10 @@ class PPOUpdater:
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def learning_rate(self, progress: float) -> float:
-        """progress: the run's env steps done before this update's rollout / run.total_steps.
+        """progress: the run's env steps done before this update's rollout / the schedule's horizon
+        (ppo.lr_anneal_steps, or run.total_steps when that is 0).
 
-        The rate falls linearly to 0 at the end of the run and never below. It follows env steps, not an
+        The rate falls linearly to 0 at the horizon (the end of the run by default) and never below. It follows env steps, not an
         update count derived from the configured width, so it ends at ~0 however many envs were live
         (joins, leaves, a resume with another actor count); CleanRL's schedule when the width is fixed.
         Constant: lr0. Adaptive: the rate the last minibatch left."""
