@@ -165,6 +165,8 @@ class PPOConfig(BaseModel):
     """run.policy_lag = 1 only: PPO's decoupled objective (Hilton et al. 2021): the policy clip centred on the policy the update starts from, each sample weighted by pi_start / pi_behaviour (truncated at ppo.lag_weight_max); false: clipped around the behaviour policy (the lag's distance then counts as a step taken)"""
     lag_weight_max: Annotated[float, Field(ge=0.0, le=100.0)] = 1.0
     """ppo.lag_decoupled only: each sample's weight pi_start / pi_behaviour truncated at this (V-trace's rho-bar, Espeholt et al. 2018: less variance, some bias; unbounded or 2, Pendulum with lag missed -400 within 300k steps); 0: unbounded"""
+    lag_fresh_advantages: bool = False
+    """run.policy_lag only: the update runs GAE again with the critic it starts from (its values for every sample, the bootstrap and final observations) instead of the acting critic's, one version older; on pong-fast those halve how fast the value statistics move (issue 40)"""
     vf_coef: Coef = 0.5
     """value loss coefficient"""
     ent_coef: Coef = 0.01

@@ -6,6 +6,7 @@ batch, updater, publisher) live in their own modules.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -140,6 +141,9 @@ class Learner:
         self.policy = Inference(served, action_space, device, self.obs_norm,
                                 seed=learner_policy_seed(r.seed, self.state["update"], ranks.rank),
                                 random_actions=r.random_policy, value_norm=served_value_norm, link=self.link)
+        # ppo.lag_fresh_advantages: each batch keeps its GAE inputs, the bootstrap observations as the network sees them
+        self.gae_inputs_view = (functools.partial(self.policy.prepare, update_stats=False)
+                                if self.has_policy_lag and p.lag_fresh_advantages else None)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
@@ -226,7 +230,8 @@ class Learner:
                 break
             t1 = time.monotonic()
             self.serial.begin()
-            batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler)
+            batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler,
+                                     keep_gae_inputs=self.gae_inputs_view)
             self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
             if lagging is not None:  # done before the next rollout may reuse the buffer it reads

@@ -12,6 +12,10 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 - next_values (bootstrap and final observations): return units, from the serving policy of this rollout's end.
 - rewards: the env's, or scaled by normalize.reward: GAE and the returns are in these units.
 - logprobs: the behaviour policy's (the version that acted), so the PPO ratio is exact under policy lag.
+- with policy lag and ppo.lag_fresh_advantages, the batch also keeps its GAE inputs (GaeInputs), so that the
+  update runs GAE again with the critic it starts from (rerun_gae): the acting critic's values are one version
+  older, and in a game whose returns are mostly bootstrapped that delay halves how fast values propagate
+  (docs/results/2026-11-27-lag-vs-sync-critic-pong-fast-2core-cpu.md).
 - advantages and returns: return units. The update (PPOUpdater) folds the returns into the training
   statistics first, then normalizes returns and old values with those statistics for the value loss and its
   clipping (with policy lag the clip's old values are the outputs of the critic the update starts from, in
@@ -21,7 +25,9 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+import numpy as np
 import torch
 
 from learner.advantages.gae import compute_gae
@@ -39,12 +45,43 @@ class TrainingBatch:
     width: int                     # env slots (columns) the rollout began with
 
 
+@dataclass
+class GaeInputs:
+    """A rollout's GAE inputs on the device, kept with its batch (data["gae"]) so that GAE can run again with
+    another critic's values (rerun_gae)."""
+    rewards: torch.Tensor           # (T, N), scaled as the batch's were
+    terminated: torch.Tensor        # (T, N) bool
+    dones: torch.Tensor             # (T, N) bool: terminated or truncated
+    valid: torch.Tensor             # (T, N) bool: the steps that are the batch's samples, in step-major order
+    values: torch.Tensor            # (T, N) the acting critic's, return units: kept where no sample is
+    last_next_values: torch.Tensor  # (N,) V of what followed step T - 1, as the acting critic gave it
+    extra_obs: torch.Tensor | None  # (M, *obs) the bootstrap and final observations, as the network sees them
+    extra_at: tuple[torch.Tensor, torch.Tensor]  # (rows, cols) of next_values their values go to
+
+
+def rerun_gae(g: GaeInputs, sample_values: torch.Tensor, extra_values: torch.Tensor | None, gamma: float,
+              gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(values, advantages, returns) of the batch's samples, flat, from another critic: sample_values (one per
+    sample, return units) and extra_values (V of g.extra_obs). next_values[t] is values[t + 1] as in the
+    rollout, except at the bootstrap and final observations."""
+    values = g.values.clone()
+    values[g.valid] = sample_values.to(values.dtype)
+    next_values = torch.cat([values[1:], g.last_next_values.unsqueeze(0)])
+    if extra_values is not None:
+        next_values[g.extra_at] = extra_values.to(next_values.dtype)
+    advantages, returns = compute_gae(g.rewards, values, next_values, g.terminated, g.dones, gamma, gae_lambda)
+    return values[g.valid], advantages[g.valid], returns[g.valid]
+
+
 def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: float,
-                     reward_scaler: RewardScaler | None = None) -> TrainingBatch | None:
+                     reward_scaler: RewardScaler | None = None,
+                     keep_gae_inputs: Callable[[np.ndarray], torch.Tensor] | None = None) -> TrainingBatch | None:
     """None when the rollout holds no valid step (every actor vanished before its first outcome).
 
     Bootstrap values and reward scaling happen on the host rollout; then the rollout goes to the device
-    in one copy per array (none on a CPU) and GAE runs there."""
+    in one copy per array (none on a CPU) and GAE runs there. keep_gae_inputs (policy lag with
+    ppo.lag_fresh_advantages): the network's view of raw observations (Inference.prepare); the batch then keeps
+    its GaeInputs as data["gae"]."""
     extra = buf.finish(value_fn)
     valid, dones = extra["valid"], extra["dones"]
     n_valid = int(valid.sum())
@@ -65,7 +102,18 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
     data = {"obs": _observations(d, buf.layout.stack, None if n_valid == valid.numel() else valid),
             "actions": take(d["actions"]), "logprobs": take(d["logprobs"]),
             "values": take(d["values"]), "advantages": take(advantages), "returns": take(returns)}
+    if keep_gae_inputs is not None:
+        data["gae"] = _gae_inputs(d, valid, extra, keep_gae_inputs, buf)
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
+
+
+def _gae_inputs(d: dict[str, torch.Tensor], valid: torch.Tensor, extra: dict, prepare, buf: RolloutBuffer
+                ) -> GaeInputs:
+    rows, cols = extra["extra_at"]
+    to_device = buf.link.to_device
+    return GaeInputs(d["rewards"], d["terminated"], d["terminated"] | d["truncated"], valid, d["values"],
+                     d["next_values"][-1], None if extra["extra_obs"] is None else prepare(extra["extra_obs"]),
+                     (to_device(rows), to_device(cols)))
 
 
 def _observations(d: dict[str, torch.Tensor], stack: int, valid: torch.Tensor | None) -> torch.Tensor | StackedObs:

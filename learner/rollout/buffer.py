@@ -110,7 +110,8 @@ class RolloutBuffer:
 
     def finish(self, value_fn) -> dict[str, torch.Tensor]:
         """Fill next_values with value_fn (a batched V: every bootstrap and final observation in one batch)
-        and cut dead columns; returns dones and valid (host tensors)."""
+        and cut dead columns; returns dones and valid (host tensors), and those observations with where their
+        values went: extra_obs (stacked, None when there are none) and extra_at (rows, cols of next_values)."""
         self.next_values[:-1] = self.values[1:]
         extra_obs, targets = [], []
         for col, obs in sorted(self.bootstrap_obs.items()):  # sorted: arrival order must not matter
@@ -119,14 +120,16 @@ class RolloutBuffer:
         for (t, col), obs in sorted(self.final_obs.items()):
             extra_obs.append(np.asarray(obs))
             targets.append((t, col))
-        if extra_obs:
-            vals = value_fn(np.stack(extra_obs))
-            rows, cols = zip(*targets)
+        rows, cols = zip(*targets) if targets else ((), ())
+        stacked = np.stack(extra_obs) if extra_obs else None
+        if stacked is not None:
+            vals = value_fn(stacked)
             self.next_values[list(rows), list(cols)] = torch.as_tensor(vals, dtype=torch.float32).reshape(-1)
         for col in range(self.N):
             if self.dead[col] and col not in self.bootstrap_obs:
                 self._cut(col)
-        return {"dones": self.terminated | self.truncated, "valid": self.valid_mask()}
+        return {"dones": self.terminated | self.truncated, "valid": self.valid_mask(), "extra_obs": stacked,
+                "extra_at": (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))}
 
     def to_device(self) -> dict[str, torch.Tensor]:
         """The rollout's arrays on the learner's device: one copy each, once per update (none on a CPU)."""

@@ -7,6 +7,7 @@ import contextlib
 import torch
 from torch import nn
 
+from learner.advantages.batch import rerun_gae
 from learner.config import PPOConfig, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import ValueNormalizer
@@ -212,7 +213,9 @@ class PPOUpdater:
         - values (with value clipping): the clip's anchor is the critic this update starts from, as without
           lag (the batch's values are the lagged critic's, one update older: anchored there the critic could
           move only one clip range per two updates). In return units, like the batch's values: the outputs
-          de-normalized with the statistics they were trained against (this batch's returns not yet folded in)."""
+          de-normalized with the statistics they were trained against (this batch's returns not yet folded in).
+        - with ppo.lag_fresh_advantages (the batch has its GaeInputs): values, advantages and returns from GAE run
+          again with this critic's values, bootstrap and final observations included (rerun_gae)."""
         obs, actions = batch["obs"], batch["actions"]
         logprobs, values = [], []
         for idx in torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches):
@@ -221,10 +224,27 @@ class PPOUpdater:
             logprobs.append(logprob.float())
             values.append(value.float())
         out = {**batch, "start_logprobs": torch.cat(logprobs)}
-        if self.cfg.clip_vloss:
-            value = torch.cat(values)
-            out["values"] = value if self.value_norm is None else self.value_norm.denormalize(value)
+        if "gae" in batch:  # ppo.lag_fresh_advantages: GAE again, with this critic's values
+            g = out.pop("gae")
+            out["values"], out["advantages"], out["returns"] = rerun_gae(
+                g, self._raw_values(torch.cat(values)), self._start_values(g.extra_obs), self.cfg.gamma,
+                self.cfg.gae_lambda)
+        elif self.cfg.clip_vloss:
+            out["values"] = self._raw_values(torch.cat(values))
         return out
+
+    def _raw_values(self, value: torch.Tensor) -> torch.Tensor:
+        return value if self.value_norm is None else self.value_norm.denormalize(value)
+
+    @torch.no_grad()
+    def _start_values(self, obs: torch.Tensor | None) -> torch.Tensor | None:
+        """V of a few observations (a rollout's bootstrap and final ones) under the critic this update starts
+        from, in return units."""
+        if obs is None:
+            return None
+        with self._autocast():
+            value = self.model.value(obs)
+        return self._raw_values(value.float())
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
@@ -234,7 +254,7 @@ class PPOUpdater:
         GPU a read per statistic and minibatch would drain the queue of kernels about a hundred times per
         update (target_kl adds one read per epoch, which the early stop needs; the adaptive schedule one
         per minibatch, as it sets the next minibatch's rate)."""
-        cfg, raw = self.cfg, batch
+        cfg, raw = self.cfg, batch  # return units: the explained variance's
         obs = batch["obs"]
         n = obs.shape[0]
         if n == 0 and not self.ranks.distributed:
@@ -244,6 +264,7 @@ class PPOUpdater:
         self._set_lr(lr)
         if self.policy_lag and n:
             batch = self._start_outputs(batch)
+            raw = batch if "gae" in raw else raw  # GAE ran again: the values and returns it gave
         if self.value_norm is not None:
             batch = self._normalize_values(batch)
         self.model.train()

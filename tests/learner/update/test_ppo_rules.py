@@ -326,3 +326,35 @@ def test_with_lag_weight_max_each_samples_weight_is_truncated_at_it():
     assert (w > 1.0).any() and (w < 1.0).any()
     expected = np.mean(np.minimum(w, 1.0) * np.maximum(-a * r, -a * np.clip(r, 0.8, 1.2)))
     assert float(loss) == pytest.approx(expected, rel=1e-12)
+
+
+def test_with_fresh_advantages_the_critic_learns_the_returns_of_gae_run_again_with_its_own_values():
+    """ppo.lag_fresh_advantages (issue 40): a lagged batch that keeps its GAE inputs is trained on the returns of
+    GAE run again with the values of the critic the update starts from (every sample, the bootstrap
+    observations), so that critic's first value loss is 0.5 x mean(A^2) of those fresh advantages (returns =
+    A + V), checked against GAE written out by hand; the batch's own (stale) returns would give another loss."""
+    from learner.advantages.batch import GaeInputs
+    from tests.learner.advantages.test_batch import GAMMA, LAM, reference_gae
+    T, N = 4, 2
+    model = make_model()
+    batch = make_batch(model, n=T * N, seed=3)
+    g = torch.Generator().manual_seed(4)
+    rewards = torch.randn(T, N, generator=g)
+    terminated = torch.zeros(T, N, dtype=torch.bool)
+    terminated[1, 0] = True
+    extra_obs = torch.randn(N, 4, generator=g)  # the observations after step T - 1
+    gae = GaeInputs(rewards, terminated, terminated.clone(), torch.ones(T, N, dtype=torch.bool),
+                    batch["values"].reshape(T, N) + 5.0, torch.full((N,), 9.0), extra_obs,
+                    (torch.full((N,), T - 1), torch.arange(N)))
+    batch["values"] = batch["values"] + 5.0  # the acting critic's, one version older: far from this one's
+    cfg = PPOConfig(update_epochs=1, num_minibatches=1, clip_vloss=False, gamma=GAMMA, gae_lambda=LAM,
+                    lag_fresh_advantages=True)
+    with torch.no_grad():
+        v = model.value(batch["obs"]).double().numpy().reshape(T, N)
+        bootstrap = model.value(extra_obs).double().numpy()
+    stats = PPOUpdater(model, cfg, "cpu", policy_lag=True).update({**batch, "gae": gae}, progress=0.0)
+    next_values = np.vstack([v[1:], bootstrap[None]])
+    adv = reference_gae(rewards.double().numpy(), v, next_values, terminated.numpy(), np.zeros((T, N), bool))
+    assert stats["value_loss"] == pytest.approx(0.5 * np.mean(adv ** 2), rel=1e-5)
+    stale = batch["returns"].double().numpy() - v.reshape(-1)
+    assert 0.5 * np.mean(stale ** 2) != pytest.approx(stats["value_loss"], rel=1e-3)
