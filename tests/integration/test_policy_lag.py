@@ -160,16 +160,18 @@ def same_weights(model, reference) -> bool:
                for p, q in zip(model.parameters(), reference.parameters()))
 
 
-@pytest.mark.parametrize("value_norm", [False, True])
-def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(tmp_path, value_norm):
+@pytest.mark.parametrize("value_norm, fresh", [(False, False), (True, False), (True, True)])
+def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(tmp_path, value_norm, fresh):
     """With normalize.value (issue 40) the served critic's outputs are de-normalized with the statistics of
     the served version (its checkpoint's), not with those the running update moves: else the replayed
-    advantages, and so the replayed update, would differ."""
+    advantages, and so the replayed update, would differ. With ppo.lag_fresh_advantages the advantages are
+    GAE's with the critic update r starts from (W_(r-1) and its statistics) for every step and bootstrap."""
     run_dir = tmp_path / "lag"
     proc = launch("--config", "configs/pendulum.toml", "--run-dir", str(run_dir), "--actors", "0",
                   "--total-steps", str(ROLLOUTS * T * K), "--set", "run.policy_lag=1", "--set", f"run.seed={SEED}",
                   "--set", f"cluster.min_envs={K}", "--set", "normalize.obs=false", "--set", "normalize.reward=false",
                   "--set", f"normalize.value={str(value_norm).lower()}",
+                  "--set", f"ppo.lag_fresh_advantages={str(fresh).lower()}",
                   "--set", f"ppo.num_steps={T}", "--set", f"ppo.update_epochs={EPOCHS}",
                   "--set", f"ppo.num_minibatches={MINIBATCHES}", "--set", "ppo.learning_rate=3e-3",
                   "--set", "ppo.anneal_lr=false", "--set", "run.checkpoint_every=1",
@@ -237,10 +239,10 @@ def test_policy_lag_serves_previous_weights_and_trains_on_the_collected_rollout(
             o = torch.stack([torch.from_numpy(obs[s]) for s in steps])
             a = torch.stack([torch.from_numpy(np.array(actions[s].actions)) for s in steps])
             logprobs = torch.stack([W[versions[s]].evaluate(o[t], a[t])[0] for t, s in enumerate(steps)])
-            values = torch.stack([critics[versions[s]](o[t]) for t, s in enumerate(steps)])
+            values = torch.stack([critics[r - 1 if fresh else versions[s]](o[t]) for t, s in enumerate(steps)])
         reward = torch.stack([torch.from_numpy(rewards[s]) for s in steps])
         replays = {}
-        for end in (r - 1, r - 2):  # the critic served when the rollout ended bootstraps it
+        for end in (r - 1,) if fresh else (r - 1, r - 2):  # the critic served when the rollout ended bootstraps it
             next_values, truncated = bootstraps(critics[end], values, obs[r * T], [finals.get(s, {}) for s in steps])
             adv, ret = compute_gae(reward, values, next_values, torch.zeros((T, K), dtype=torch.bool), truncated,
                                    cfg.ppo.gamma, cfg.ppo.gae_lambda)
