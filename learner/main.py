@@ -141,9 +141,6 @@ class Learner:
         self.policy = Inference(served, action_space, device, self.obs_norm,
                                 seed=learner_policy_seed(r.seed, self.state["update"], ranks.rank),
                                 random_actions=r.random_policy, value_norm=served_value_norm, link=self.link)
-        # ppo.lag_fresh_advantages: each batch keeps its GAE inputs, the bootstrap observations as the network sees them
-        self.gae_inputs_view = (functools.partial(self.policy.prepare, update_stats=False)
-                                if self.has_policy_lag and p.lag_fresh_advantages else None)
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
@@ -220,6 +217,9 @@ class Learner:
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
         lagging = None  # policy lag: the update that runs while the next rollout is collected
+        horizon = p.lr_anneal_steps or r.total_steps  # where the linear rate reaches 0
+        view = (functools.partial(self.policy.prepare, update_stats=False)  # ppo.lag_fresh_advantages: batches
+                if self.has_policy_lag and p.lag_fresh_advantages else None)  # keep GAE's inputs (rerun_gae)
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
@@ -230,8 +230,7 @@ class Learner:
                 break
             t1 = time.monotonic()
             self.serial.begin()
-            batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler,
-                                     keep_gae_inputs=self.gae_inputs_view)
+            batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler, view)
             self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
             if lagging is not None:  # done before the next rollout may reuse the buffer it reads
@@ -241,7 +240,7 @@ class Learner:
                 self._note_idle()
                 continue
             self._note_width(batch.width if batch else 0)
-            job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / (p.lr_anneal_steps or r.total_steps),
+            job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / horizon,
                       batch, n_valid, t0, t1, self.collection.breakdown())
             state["update"], state["env_steps"] = job.update, job.env_steps
             self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread

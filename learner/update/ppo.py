@@ -93,6 +93,11 @@ def _split_sizes(n: int, parts: int) -> list[int]:
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
 
 
+def _raw(value_norm: ValueNormalizer | None, value: torch.Tensor | None) -> torch.Tensor | None:
+    """Critic outputs in return units: de-normalized with the statistics they were trained against."""
+    return value if value is None or value_norm is None else value_norm.denormalize(value)
+
+
 def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
     """PPO paper, section 4: halve beta below d_targ/1.5, double it above 1.5 d_targ, else keep it."""
     if measured_kl < kl_target / 1.5:
@@ -173,10 +178,9 @@ class PPOUpdater:
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def learning_rate(self, progress: float) -> float:
-        """progress: the run's env steps done before this update's rollout / the schedule's horizon
-        (ppo.lr_anneal_steps, or run.total_steps when that is 0).
+        """progress: the run's env steps before this update's rollout / ppo.lr_anneal_steps (or run.total_steps).
 
-        The rate falls linearly to 0 at the horizon (the end of the run by default) and never below. It follows env steps, not an
+        The rate falls linearly to 0 at that horizon (the end of the run by default) and never below. It follows env steps, not an
         update count derived from the configured width, so it ends at ~0 however many envs were live
         (joins, leaves, a resume with another actor count); CleanRL's schedule when the width is fixed.
         Constant: lr0. Adaptive: the rate the last minibatch left."""
@@ -214,8 +218,7 @@ class PPOUpdater:
           lag (the batch's values are the lagged critic's, one update older: anchored there the critic could
           move only one clip range per two updates). In return units, like the batch's values: the outputs
           de-normalized with the statistics they were trained against (this batch's returns not yet folded in).
-        - with ppo.lag_fresh_advantages (the batch has its GaeInputs): values, advantages and returns from GAE run
-          again with this critic's values, bootstrap and final observations included (rerun_gae)."""
+        - with the batch's GaeInputs (ppo.lag_fresh_advantages): values, advantages and returns from rerun_gae."""
         obs, actions = batch["obs"], batch["actions"]
         logprobs, values = [], []
         for idx in torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches):
@@ -225,26 +228,14 @@ class PPOUpdater:
             values.append(value.float())
         out = {**batch, "start_logprobs": torch.cat(logprobs)}
         if "gae" in batch:  # ppo.lag_fresh_advantages: GAE again, with this critic's values
-            g = out.pop("gae")
+            g, vn = out.pop("gae"), self.value_norm
+            with self._autocast():  # the bootstrap and final observations
+                extra = self.model.value(g.extra_obs).float() if g.extra_obs is not None else None
             out["values"], out["advantages"], out["returns"] = rerun_gae(
-                g, self._raw_values(torch.cat(values)), self._start_values(g.extra_obs), self.cfg.gamma,
-                self.cfg.gae_lambda)
+                g, _raw(vn, torch.cat(values)), _raw(vn, extra), self.cfg.gamma, self.cfg.gae_lambda)
         elif self.cfg.clip_vloss:
-            out["values"] = self._raw_values(torch.cat(values))
+            out["values"] = _raw(self.value_norm, torch.cat(values))
         return out
-
-    def _raw_values(self, value: torch.Tensor) -> torch.Tensor:
-        return value if self.value_norm is None else self.value_norm.denormalize(value)
-
-    @torch.no_grad()
-    def _start_values(self, obs: torch.Tensor | None) -> torch.Tensor | None:
-        """V of a few observations (a rollout's bootstrap and final ones) under the critic this update starts
-        from, in return units."""
-        if obs is None:
-            return None
-        with self._autocast():
-            value = self.model.value(obs)
-        return self._raw_values(value.float())
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
                generator: torch.Generator | None = None) -> dict[str, float]:
