@@ -219,7 +219,7 @@ class Learner:
         lagging = None  # policy lag: the update that runs while the next rollout is collected
         horizon = p.lr_anneal_steps or r.total_steps  # where the linear rate reaches 0
         view = (functools.partial(self.policy.prepare, update_stats=False)  # ppo.lag_fresh_advantages: batches
-                if self.has_policy_lag and p.lag_fresh_advantages else None)  # keep GAE's inputs (rerun_gae)
+                if self.has_policy_lag and p.lag_fresh_advantages else None)  # keep GAE's inputs (GaeInputs)
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()

@@ -13,7 +13,7 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 - rewards: the env's, or scaled by normalize.reward: GAE and the returns are in these units.
 - logprobs: the behaviour policy's (the version that acted), so the PPO ratio is exact under policy lag.
 - with policy lag and ppo.lag_fresh_advantages, the batch also keeps its GAE inputs (GaeInputs), so that the
-  update runs GAE again with the critic it starts from (rerun_gae): the acting critic's values are one version
+  update runs GAE again with the critic it starts from (GaeInputs.rerun): the acting critic's values are one version
   older, and in a game whose returns are mostly bootstrapped that delay halves how fast values propagate
   (docs/results/2026-11-27-lag-vs-sync-critic-pong-fast-2core-cpu.md).
 - advantages and returns: return units. The update (PPOUpdater) folds the returns into the training
@@ -48,29 +48,31 @@ class TrainingBatch:
 @dataclass
 class GaeInputs:
     """A rollout's GAE inputs on the device, kept with its batch (data["gae"]) so that GAE can run again with
-    another critic's values (rerun_gae)."""
+    another critic's values (rerun): the update calls it, without importing this stage."""
     rewards: torch.Tensor           # (T, N), scaled as the batch's were
     terminated: torch.Tensor        # (T, N) bool
     dones: torch.Tensor             # (T, N) bool: terminated or truncated
     valid: torch.Tensor             # (T, N) bool: the steps that are the batch's samples, in step-major order
     values: torch.Tensor            # (T, N) the acting critic's, return units: kept where no sample is
     last_next_values: torch.Tensor  # (N,) V of what followed step T - 1, as the acting critic gave it
-    extra_obs: torch.Tensor | None  # (M, *obs) the bootstrap and final observations, as the network sees them
-    extra_at: tuple[torch.Tensor, torch.Tensor]  # (rows, cols) of next_values their values go to
+    # the bootstrap and final observations as the network sees them ((M, *obs), None: none), and the (rows, cols)
+    # of next_values their values go to
+    extras: tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]
+    discount: tuple[float, float]   # gamma, GAE's lambda
 
-
-def rerun_gae(g: GaeInputs, sample_values: torch.Tensor, extra_values: torch.Tensor | None, gamma: float,
-              gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(values, advantages, returns) of the batch's samples, flat, from another critic: sample_values (one per
-    sample, return units) and extra_values (V of g.extra_obs). next_values[t] is values[t + 1] as in the
-    rollout, except at the bootstrap and final observations."""
-    values = g.values.clone()
-    values[g.valid] = sample_values.to(values.dtype)
-    next_values = torch.cat([values[1:], g.last_next_values.unsqueeze(0)])
-    if extra_values is not None:
-        next_values[g.extra_at] = extra_values.to(next_values.dtype)
-    advantages, returns = compute_gae(g.rewards, values, next_values, g.terminated, g.dones, gamma, gae_lambda)
-    return values[g.valid], advantages[g.valid], returns[g.valid]
+    def rerun(self, sample_values: torch.Tensor, extra_values: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(values, advantages, returns) of the batch's samples, flat, from another critic: sample_values (one
+        per sample, return units) and extra_values (V of the extras' observations). next_values[t] is values[t + 1] as in the
+        rollout, except at the bootstrap and final observations."""
+        values = self.values.clone()
+        values[self.valid] = sample_values.to(values.dtype)
+        next_values = torch.cat([values[1:], self.last_next_values.unsqueeze(0)])
+        if extra_values is not None:
+            next_values[self.extras[1]] = extra_values.to(next_values.dtype)
+        advantages, returns = compute_gae(self.rewards, values, next_values, self.terminated, self.dones,
+                                          *self.discount)
+        return values[self.valid], advantages[self.valid], returns[self.valid]
 
 
 def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: float,
@@ -103,17 +105,17 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
             "actions": take(d["actions"]), "logprobs": take(d["logprobs"]),
             "values": take(d["values"]), "advantages": take(advantages), "returns": take(returns)}
     if keep_gae_inputs is not None:
-        data["gae"] = _gae_inputs(d, valid, extra, keep_gae_inputs, buf)
+        data["gae"] = _gae_inputs(d, valid, extra, keep_gae_inputs, buf, (gamma, gae_lambda))
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
 
 
-def _gae_inputs(d: dict[str, torch.Tensor], valid: torch.Tensor, extra: dict, prepare, buf: RolloutBuffer
-                ) -> GaeInputs:
+def _gae_inputs(d: dict[str, torch.Tensor], valid: torch.Tensor, extra: dict, prepare, buf: RolloutBuffer,
+                discount: tuple[float, float]) -> GaeInputs:
     rows, cols = extra["extra_at"]
     to_device = buf.link.to_device
     return GaeInputs(d["rewards"], d["terminated"], d["terminated"] | d["truncated"], valid, d["values"],
-                     d["next_values"][-1], None if extra["extra_obs"] is None else prepare(extra["extra_obs"]),
-                     (to_device(rows), to_device(cols)))
+                     d["next_values"][-1], (None if extra["extra_obs"] is None else prepare(extra["extra_obs"]),
+                                            (to_device(rows), to_device(cols))), discount)
 
 
 def _observations(d: dict[str, torch.Tensor], stack: int, valid: torch.Tensor | None) -> torch.Tensor | StackedObs:

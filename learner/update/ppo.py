@@ -7,7 +7,6 @@ import contextlib
 import torch
 from torch import nn
 
-from learner.advantages.batch import rerun_gae
 from learner.config import PPOConfig, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import ValueNormalizer
@@ -218,7 +217,7 @@ class PPOUpdater:
           lag (the batch's values are the lagged critic's, one update older: anchored there the critic could
           move only one clip range per two updates). In return units, like the batch's values: the outputs
           de-normalized with the statistics they were trained against (this batch's returns not yet folded in).
-        - with the batch's GaeInputs (ppo.lag_fresh_advantages): values, advantages and returns from rerun_gae."""
+        - with the batch's GaeInputs (ppo.lag_fresh_advantages): values, advantages and returns from its rerun."""
         obs, actions = batch["obs"], batch["actions"]
         logprobs, values = [], []
         for idx in torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches):
@@ -230,9 +229,8 @@ class PPOUpdater:
         if "gae" in batch:  # ppo.lag_fresh_advantages: GAE again, with this critic's values
             g, vn = out.pop("gae"), self.value_norm
             with self._autocast():  # the bootstrap and final observations
-                extra = self.model.value(g.extra_obs).float() if g.extra_obs is not None else None
-            out["values"], out["advantages"], out["returns"] = rerun_gae(
-                g, _raw(vn, torch.cat(values)), _raw(vn, extra), self.cfg.gamma, self.cfg.gae_lambda)
+                extra = self.model.value(g.extras[0]).float() if g.extras[0] is not None else None
+            out["values"], out["advantages"], out["returns"] = g.rerun(_raw(vn, torch.cat(values)), _raw(vn, extra))
         elif self.cfg.clip_vloss:
             out["values"] = _raw(self.value_norm, torch.cat(values))
         return out

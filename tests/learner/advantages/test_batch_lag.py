@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from learner.advantages.batch import rerun_gae, rollout_to_batch
+from learner.advantages.batch import rollout_to_batch
 from learner.collection.inference import Inference, served_modules
 from learner.config import ModelConfig
 from learner.model.networks import build_model
@@ -94,7 +94,7 @@ def test_a_lagged_rollout_gets_the_advantages_of_its_own_weights_and_statistics(
 
 
 def test_gae_run_again_with_the_critic_an_update_starts_from_matches_that_critics_own_reference():
-    """ppo.lag_fresh_advantages: a rollout acted on by the lagged critic, its GAE run again (rerun_gae) with the
+    """ppo.lag_fresh_advantages: a rollout acted on by the lagged critic, its GAE run again (GaeInputs.rerun) with the
     values of the critic the update starts from (every sample, the bootstrap and the final observation) gives
     that critic's reference advantages and returns, not the acting critic's."""
     model, vn = snapshot()
@@ -105,13 +105,13 @@ def test_gae_run_again_with_the_critic_an_update_starts_from_matches_that_critic
     batch = rollout_to_batch(buf, lagged.value, GAMMA, LAM,
                              keep_gae_inputs=lambda o: lagged.prepare(o, update_stats=False)).data
     g = batch["gae"]
-    assert g.extra_obs.shape == (3, 4)  # two bootstrap observations and one final one
+    assert g.extras[0].shape == (3, 4)  # two bootstrap observations and one final one
 
     def raw(x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return vn.denormalize(model.value(x))
 
-    values, adv, ret = rerun_gae(g, raw(batch["obs"]), raw(g.extra_obs), GAMMA, LAM)
+    values, adv, ret = g.rerun(raw(batch["obs"]), raw(g.extras[0]))
     ref_adv, ref_ret = reference(buf, obs, model, vn)
     np.testing.assert_allclose(adv.numpy(), ref_adv.reshape(-1), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(ret.numpy(), ref_ret.reshape(-1), rtol=1e-4, atol=1e-3)

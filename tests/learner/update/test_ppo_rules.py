@@ -344,8 +344,8 @@ def test_with_fresh_advantages_the_critic_learns_the_returns_of_gae_run_again_wi
     terminated[1, 0] = True
     extra_obs = torch.randn(N, 4, generator=g)  # the observations after step T - 1
     gae = GaeInputs(rewards, terminated, terminated.clone(), torch.ones(T, N, dtype=torch.bool),
-                    batch["values"].reshape(T, N) + 5.0, torch.full((N,), 9.0), extra_obs,
-                    (torch.full((N,), T - 1), torch.arange(N)))
+                    batch["values"].reshape(T, N) + 5.0, torch.full((N,), 9.0),
+                    (extra_obs, (torch.full((N,), T - 1), torch.arange(N))), (GAMMA, LAM))
     batch["values"] = batch["values"] + 5.0  # the acting critic's, one version older: far from this one's
     cfg = PPOConfig(update_epochs=1, num_minibatches=1, clip_vloss=False, gamma=GAMMA, gae_lambda=LAM,
                     lag_fresh_advantages=True)
