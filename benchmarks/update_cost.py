@@ -9,6 +9,8 @@
     python benchmarks/update_cost.py --compare trees --base /tmp/base --acting   # its inference batch of 24
     python benchmarks/update_cost.py --compare precision    # pong-fast's update: fp32 vs ppo.update_precision bf16
     python benchmarks/update_cost.py --compare adam         # pong-fast's Adam step: foreach vs fused
+    python benchmarks/update_cost.py --compare activation   # pong-fast's update: ELU vs ReLU
+    python benchmarks/update_cost.py --compare activation-acting   # its inference batch of 24: ELU vs ReLU
 
 One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epochs x 4 minibatches. Every
 variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
@@ -178,10 +180,12 @@ def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_F
     return median_time(update, repeats)
 
 
-def pong_fast_act_s(repeats: int, config: Path = PONG_FAST, batch: int = ACT_BATCH) -> float:
-    """Median seconds of one acting pass (model.act: actions, log-probs, values) of pong-fast's model over
-    `batch` stacks, the network's input statistics taken in; 50 passes per timing."""
-    cfg = load(config, [])
+def pong_fast_act_s(repeats: int, config: Path = PONG_FAST, batch: int = ACT_BATCH,
+                    overrides: tuple[str, ...] = ()) -> float:
+    """Median seconds of one acting pass (model.act: actions, log-probs, values) of pong-fast's model (the
+    config's, with the given --set overrides) over `batch` stacks, the network's input statistics taken in;
+    50 passes per timing."""
+    cfg = load(config, list(overrides))
     torch.manual_seed(0)
     model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
     g = torch.Generator().manual_seed(0)
@@ -236,12 +240,30 @@ def compare_adam(repeats: int) -> tuple[float, float]:
     return median_time(steps(False), repeats), median_time(steps(True), repeats)
 
 
+def compare_activation(repeats: int) -> tuple[float, float]:
+    """pong-fast's update with rl_games' ELU against CleanRL's ReLU: under bf16 autocast ELU's expm1 and its
+    backward cost about as much as the convolutions' forward passes. glibc's heap tuned as the learner tunes it
+    (with the default heap the page faults of fresh buffers hide the difference)."""
+    return (pong_fast_update_s(["model.activation=elu"], repeats, heap=True),
+            pong_fast_update_s(["model.activation=relu"], repeats, heap=True))
+
+
+def compare_activation_acting(repeats: int) -> tuple[float, float]:
+    """pong-fast's acting pass over an inference batch of 24 (one thread, as the collector serves it): ELU
+    against ReLU."""
+    torch.set_num_threads(1)
+    return (pong_fast_act_s(repeats, overrides=("model.activation=elu",)),
+            pong_fast_act_s(repeats, overrides=("model.activation=relu",)))
+
+
 COMPARISONS = {"layout": (compare_layout, "NCHW", "channels-last", "s per update"),
                "compile": (compare_compile, "eager", "torch.compile", "s per update after the first"),
                "gathers": (compare_gathers, "per minibatch", "per epoch", "s of gathers per update"),
                "act": (compare_act, "no_grad", "inference_mode", "s per inference batch of 8"),
                "precision": (compare_precision, "fp32", "bf16", "s per pong-fast update"),
-               "adam": (compare_adam, "foreach", "fused", "s per 16 Adam steps")}
+               "adam": (compare_adam, "foreach", "fused", "s per 16 Adam steps"),
+               "activation": (compare_activation, "ELU", "ReLU", "s per pong-fast update"),
+               "activation-acting": (compare_activation_acting, "ELU", "ReLU", "s per inference batch of 24")}
 
 
 def run_trees(base: Path, rounds: int, repeats: int, threads: int, acting: bool) -> None:
