@@ -40,7 +40,7 @@ for path in (str(HERE), str(REPO)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from launcher.heartbeats import LEARNER_SILENT_S  # noqa: E402
+from learner.config import RunConfig  # noqa: E402
 from procfs import kill, kill_group, read_metrics, read_rss_mb  # noqa: E402
 
 SLOTS = 8  # configs/cartpole.toml: 2 actors x 4 envs
@@ -48,6 +48,7 @@ RUN_SETTINGS = ["--config", "configs/cartpole.toml", "--set", "cluster.collector
                 "--set", "run.checkpoint_every=5"]
 LAUNCH = [*RUN_SETTINGS, "--total-steps", "100000000"]
 DEADLINE_S = 60.0  # for each wait of a fault: detection, recovery
+LEARNER_SILENT_S = RunConfig().learner_silent_s  # the runs keep launch.py's default
 
 
 class Failed(Exception):
@@ -334,7 +335,7 @@ def kill_collector(run: Run, row: Row) -> None:
 
 def stop_learner(run: Run, row: Row) -> None:
     """SIGSTOP of the learner: its own watchdog cannot run; launch.py must kill it once its heartbeat is
-    LEARNER_SILENT_S old (one line) and restart it."""
+    run.learner_silent_s old (one line) and restart it."""
     before, pid, t0 = run.last(), run.info("endpoints.json")["pid"], time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     row.detected_s = wait(lambda: "gave no sign of life" in run.console(), "the silent learner named", t0,

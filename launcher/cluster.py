@@ -186,7 +186,7 @@ class Cluster:
                         learner.terminate()
                 self.learners_told = True
             wait([*[p.sentinel for p in self.learners], *[p.sentinel for p in self.actors.values()]], timeout=0.5)
-            kill_silent(self.learners, self.heartbeats)
+            kill_silent(self.learners, self.heartbeats, self.cfg.run.learner_silent_s)
             if not all(p.is_alive() for p in self.learners):
                 if not self._restart_learners():
                     return self._shutdown()

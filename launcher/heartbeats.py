@@ -1,17 +1,16 @@
 """The learner processes' heartbeats: each learner's thread that watches for its launcher also writes
 time.monotonic() into a value shared with launch.py every 0.5 s (learner/lifecycle/process.py, ParentWatch).
 A learner stopped whole (SIGSTOP) or frozen cannot run its own watchdog either; launch.py kills it once its
-beat is LEARNER_SILENT_S old, and the restart policy then decides (launcher/restarts.py)."""
+beat is run.learner_silent_s old (30 s by default), and the restart policy then decides (launcher/restarts.py)."""
 from __future__ import annotations
 
 import logging
 import time
 
 log = logging.getLogger("launch")
-LEARNER_SILENT_S = 30.0  # a learner process whose heartbeat is this old is stopped or frozen: killed
 
 
-def kill_silent(learners: list, heartbeats: list, silent_s: float = LEARNER_SILENT_S) -> None:
+def kill_silent(learners: list, heartbeats: list, silent_s: float) -> None:
     """Kill each live learner process whose heartbeat (0: none yet) is older than silent_s, one line each. A
     learner stuck in a call while its process runs is its own watchdog's (run.watchdog_s)."""
     now = time.monotonic()

@@ -71,6 +71,8 @@ class RunConfig(BaseModel):
     """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (cluster.collectors = 1; with collector processes they wait for the rollout's end); 0: synchronous"""
     watchdog_s: Annotated[float, Field(ge=1.0, le=7 * DAY_S)] = 900.0
     """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
+    learner_silent_s: Annotated[float, Field(ge=2.0, le=7 * DAY_S)] = 30.0
+    """launch.py kills a learner process whose heartbeat (beaten every 0.5 s by a thread of its own) is this old: stopped whole (SIGSTOP) or frozen, where its own watchdog cannot run; the restart policy then decides"""
     batch_checksum: bool = False
     """debug: record batch_checksum (the sum of the observations each update read, after it read them) in metrics.jsonl; one pass over the batch per update"""
 

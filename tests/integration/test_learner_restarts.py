@@ -57,7 +57,7 @@ def test_a_stopped_learner_is_killed_past_its_watchdog_and_restarted_and_the_run
     """SIGSTOP: the learner's own watchdog cannot run; launch.py sees its heartbeat expire, kills it (one line),
     and the restart policy starts it again from its newest checkpoint."""
     run_dir = tmp_path / "stopped"
-    proc = launch(*SMOKE, "--total-steps", "1024", "--set", "run.watchdog_s=4",
+    proc = launch(*SMOKE, "--total-steps", "1024", "--set", "run.watchdog_s=4", "--set", "run.learner_silent_s=5",
                   "--set", "cluster.collective_timeout_s=1", "--run-dir", str(run_dir))
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 3, 180, "three updates", proc)
@@ -69,6 +69,7 @@ def test_a_stopped_learner_is_killed_past_its_watchdog_and_restarted_and_the_run
     assert proc.returncode == 0, out[-3000:]
     silent = [line for line in out.splitlines() if "gave no sign of life" in line]
     assert len(silent) == 1 and "learner-0" in silent[0] and "killing it" in silent[0], out[-3000:]
+    assert int(silent[0].split("no sign of life for ")[1].split("s")[0]) < 15, silent  # run.learner_silent_s 5, not 30
     restarts = [line for line in out.splitlines() if "restart 1 of 3" in line]
     assert len(restarts) == 1 and "was killed by SIGKILL" in restarts[0], out[-3000:]
     assert learner_pid(run_dir) != first
