@@ -41,6 +41,7 @@ for path in (str(HERE), str(REPO)):
         sys.path.insert(0, path)
 
 from learner.config import RunConfig  # noqa: E402
+from protocol.transport import connect_dealer  # noqa: E402
 from procfs import kill, kill_group, read_metrics, read_rss_mb  # noqa: E402
 
 SLOTS = 8  # configs/cartpole.toml: 2 actors x 4 envs
@@ -213,7 +214,6 @@ def stop_actor(run: Run, row: Row) -> None:
 
 def _client(address: str):
     import zmq
-    from protocol.transport import connect_dealer
     ctx = zmq.Context()
     return ctx, connect_dealer(ctx, address, 64 << 20)
 
@@ -227,14 +227,22 @@ def _answer(sock, timeout_s: float = 30.0):
 
 @contextlib.contextmanager
 def _welcomed(run: Run, envs: int, name: str):
-    """A client of our own that handshakes and is welcomed: yields (socket, the last update, the start time)."""
+    """A client of our own that handshakes and is welcomed, following one Redirect as an actor does (with
+    collector processes the first one sends a joiner to the one with the fewest env slots): yields (socket,
+    the last update, the start time)."""
     from protocol import messages as m
     ctx, sock = _client(run.info("endpoints.json")["address"])
     try:
         u, t0 = run.last()["update"], time.monotonic()
         sock.send_multipart(m.encode(m.Handshake(envs, name)))
-        if not isinstance(_answer(sock), m.Welcome):
-            raise Failed(f"the {name} was not welcomed")
+        answer = _answer(sock)
+        if isinstance(answer, m.Redirect):
+            sock.close(linger=0)
+            sock = connect_dealer(ctx, answer.address, 64 << 20)
+            sock.send_multipart(m.encode(m.Handshake(envs, name)))
+            answer = _answer(sock)
+        if not isinstance(answer, m.Welcome):
+            raise Failed(f"the {name} was not welcomed ({type(answer).__name__})")
         yield sock, u, t0
     finally:
         ctx.destroy(linger=0)
