@@ -44,24 +44,32 @@ def _breakout(run_dir, *sets):
     return [{k: v for k, v in r.items() if k not in TIMING_FIELDS and k != "events"} for r in lines]
 
 
-def test_learner_side_frame_stacking_trains_exactly_like_actor_side(tmp_path):
+@pytest.fixture(scope="module")
+def newest_frames_raw(tmp_path_factory):
+    """The run both comparisons below hold against: the learner stacks (the default), raw frames. Returns
+    (its metrics, its run dir)."""
+    run_dir = tmp_path_factory.mktemp("determinism") / "newest-frames-raw"
+    rows = _breakout(run_dir, "--set", "cluster.stack_on_learner=true", "--set", "cluster.codec=none")
+    assert len(rows) == 16 and rows[-1]["episodes"] >= 4  # 40-step games: truncations
+    return rows, run_dir
+
+
+def test_learner_side_frame_stacking_trains_exactly_like_actor_side(tmp_path, newest_frames_raw):
     """Actors sending newest frames only (the learner stacks them) must give the very same training as
     actors sending whole stacks: same losses, KL and returns, through life losses and truncations."""
-    learner_side = _breakout(tmp_path / "learner", "--set", "cluster.stack_on_learner=true")
-    actor_side = _breakout(tmp_path / "actor", "--set", "cluster.stack_on_learner=false")
-    assert len(learner_side) == 16 and learner_side[-1]["episodes"] >= 4  # 40-step games: truncations
+    learner_side, learner_dir = newest_frames_raw
+    actor_side = _breakout(tmp_path / "actor", "--set", "cluster.stack_on_learner=false", "--set", "cluster.codec=none")
     stacking = "the learner stacks the last 4"
-    assert stacking in (tmp_path / "learner" / "learner.log").read_text()
+    assert stacking in (learner_dir / "learner.log").read_text()
     assert stacking not in (tmp_path / "actor" / "learner.log").read_text()
     assert learner_side == actor_side
 
 
-def test_compressed_frames_train_exactly_like_raw_frames(tmp_path):
+def test_compressed_frames_train_exactly_like_raw_frames(tmp_path, newest_frames_raw):
     """cluster.codec = zstd (forced: the local socket would get raw frames) must not change learning: same
     losses, KL and returns as raw frames, through life losses, resets and truncations (the delta's edges)."""
-    raw = _breakout(tmp_path / "raw", "--set", "cluster.codec=none")
-    zstd = _breakout(tmp_path / "zstd", "--set", "cluster.codec=zstd")
-    assert len(raw) == 16 and raw[-1]["episodes"] >= 4  # 40-step games: truncations
+    raw, raw_dir = newest_frames_raw
+    zstd = _breakout(tmp_path / "zstd", "--set", "cluster.stack_on_learner=true", "--set", "cluster.codec=zstd")
     assert "zstd frames" in (tmp_path / "zstd" / "learner.log").read_text()
-    assert "zstd frames" not in (tmp_path / "raw" / "learner.log").read_text()
+    assert "zstd frames" not in (raw_dir / "learner.log").read_text()
     assert raw == zstd
