@@ -105,15 +105,18 @@ def test_two_learner_ranks_reach_475_on_cartpole_within_150k_job_steps(tmp_path)
     print(f"CartPole, 2 learner ranks: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
 
 
-@LAG
-def test_pendulum_reaches_minus_400_within_300k_steps(tmp_path, lag):
+def test_pendulum_reaches_minus_400_within_300k_steps(tmp_path):
     """Deterministic (lock-step collection, same result every run on this CPU): without it, this config now
     and then settles near -500 to -600 for the whole budget (PPO with a state-independent std on Pendulum
-    can lock into not swinging up), which would make the test fail by chance, not by a bug."""
-    hit = _train_until(tmp_path / "pendulum", "configs/pendulum.toml", 300_000, 100, -400, 280,
-                       "--set", f"run.policy_lag={lag}", "--deterministic")
-    _assert_lag(tmp_path / "pendulum", lag)
-    print(f"Pendulum, policy_lag={lag}: mean of 100 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
+    can lock into not swinging up), which would make the test fail by chance, not by a bug.
+
+    Synchronous only, for CI's 30 minutes: with run.policy_lag = 1 it reaches -400 too, at 106-141k steps in
+    ~130 s (docs/results/2026-11-26-lag-pendulum-variants-2core-cpu.md). Lag on continuous actions is checked
+    exactly by tests/integration/test_policy_lag.py (the update replayed from the served weights) and learning
+    with lag by the CartPole test above."""
+    hit = _train_until(tmp_path / "pendulum", "configs/pendulum.toml", 300_000, 100, -400, 280, "--deterministic")
+    _assert_lag(tmp_path / "pendulum", 0)
+    print(f"Pendulum: mean of 100 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
 
 
 def test_cartpole_with_two_collector_processes_reaches_475_within_150k_steps(tmp_path):

@@ -19,12 +19,13 @@ def log_count(run_dir, text: str) -> int:
     return path.read_text().count(text) if path.exists() else 0
 
 
-def test_envs_slower_to_build_than_the_actor_timeout_start_and_train(tmp_path):
-    """Each env takes 12 s to construct, past the default cluster.actor_timeout_s (10 s): the actors say
-    they are building meanwhile, so none is retired and training starts."""
+def test_envs_slower_to_build_than_the_actor_timeout_start_and_train(tmp_path, monkeypatch):
+    """Each env takes 6 s to construct, twice cluster.actor_timeout_s (3 s here): the actors say they are
+    building meanwhile, so none is retired and training starts."""
     run_dir = tmp_path / "slow"
+    monkeypatch.setenv("SLOW_ENV_S", "6")  # the actors inherit it (tests/integration/slow_env.py)
     proc = launch("--config", "configs/cartpole.toml", "--actors", "2", "--envs-per-actor", "1",
-                  "--total-steps", "100000000", "--run-dir", str(run_dir),
+                  "--total-steps", "100000000", "--run-dir", str(run_dir), "--set", "cluster.actor_timeout_s=3",
                   "--set", 'env.env_id="tests.integration.slow_env:SlowCartPole-v0"')
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 3, 150, "three updates", proc)
