@@ -150,8 +150,8 @@ class Collector:
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.counters.begin()
         else:
-            if min_envs == 0 and admit_first:
-                self._pump(100)  # admit handshakes and first reports before deciding who is in
+            if min_envs == 0 and admit_first:  # admit what has arrived (handshakes, first reports), not waiting:
+                self._pump(0)  # parked actors send nothing more, so a wait here was a whole timeout per rollout
             if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
                 return None
             self.counters.begin()

@@ -95,10 +95,22 @@ class ForgetfulCollector(Collector):
         self.waiting.clear()
 
 
-def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30):
+class ListeningGateway(Gateway):
+    """The real gateway, the timeout of every poll noted."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.timeouts: list[int] = []
+
+    def poll(self, timeout_ms: int):
+        self.timeouts.append(timeout_ms)
+        return super().poll(timeout_ms)
+
+
+def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30, gateway_class=Gateway):
     ctx = zmq.Context()
     registry = ActorRegistry()
-    gateway = Gateway(Listen(ctx, "tcp://127.0.0.1:0", 1 << 20), Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0,
+    gateway = gateway_class(Listen(ctx, "tcp://127.0.0.1:0", 1 << 20), Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0,
                                                                        "run"), registry=registry)
     torch.manual_seed(0)
     model = build_model(OBS, ACT, ModelConfig(hidden=8))
@@ -133,6 +145,21 @@ def forgetful_side():
     yield side
     side[1].sock.close(linger=0)
     side[0].destroy(linger=0)
+
+
+def test_a_rank_of_several_starts_each_rollout_without_waiting_on_the_socket():
+    """collect(0), a rank of a multi-rank learner after its first rollout: it admits what has arrived and starts
+    at once. Its parked actors send nothing until they get actions, so a wait there cost a whole poll timeout
+    per rollout (100 ms: two CartPole ranks collected 5x slower than one rank)."""
+    ctx, gateway, _, _, collector = make_learner_side(gateway_class=ListeningGateway)
+    try:
+        for _ in range(3):
+            rollout = collector.collect(0, lambda: False)
+            assert rollout is not None and rollout.N == 0  # nobody here: an empty rollout, weight 0
+        assert gateway.timeouts and set(gateway.timeouts) == {0}, gateway.timeouts
+    finally:
+        gateway.sock.close(linger=0)
+        ctx.destroy(linger=0)
 
 
 def test_one_rollout_lands_where_it_belongs(learner_side):
