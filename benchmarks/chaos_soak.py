@@ -42,6 +42,7 @@ SLOTS = 8
 CALIBRATION_S = 45.0  # seconds of training without faults to measure the steps per second
 FAULT_TIME_S = 0.15  # the share of the soak that faults and recoveries are expected to cost (the budget leaves it)
 END_DEADLINE_S = 600.0  # after the last fault, the run's time to reach its budget
+QUIET_S = END_DEADLINE_S / 10  # the run's last seconds without a new fault (--quiet-s)
 MAX_RESTARTS = 1000  # launch.py --max-learner-restarts for the soak's run (default 3: a real run's faults are rare)
 
 
@@ -88,6 +89,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the draws of faults and gaps")
     p.add_argument("--first-after-s", type=float, default=60.0, help="training before the first fault")
     p.add_argument("--calibration-s", type=float, default=CALIBRATION_S, help="the calibration run's measured span")
+    p.add_argument("--quiet-s", type=float, default=QUIET_S,
+                   help=f"the run's last seconds without a new fault, for the last recovery (default {QUIET_S:g})")
     args = p.parse_args(argv)
     names = [f for f in args.faults.split(",") if f]
     if unknown := [f for f in names if f not in FAULTS]:
@@ -110,7 +113,7 @@ def main(argv=None) -> int:
                                                  "--max-learner-restarts", str(MAX_RESTARTS)])
     rows, lost = [], 0
     started = time.monotonic()
-    end_of_faults = started + args.minutes * 60 - END_DEADLINE_S / 10
+    end_of_faults = started + args.minutes * 60 - args.quiet_s
     run.start(resume=False)
     memory, final, code = {}, {}, None
     print("| at min | fault | detected after s | recovered after s | updates redone | episodes lost | memory peak MB | "
