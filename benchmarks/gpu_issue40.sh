@@ -13,11 +13,15 @@
 #   3. learner capacity with the network policy (K = 1 and 4 collectors).
 # env: DEV (cuda), ACTORS (16), EPA (32), ROW_SECONDS (25: measured seconds per throughput row at least; not
 #      SECONDS, which is bash's own clock), ROLLOUTS (8),
-#      PONG_S (120), CAP (1: stage 3), COMMIT (the commit measured; the machine's copy may have no .git)
+#      PONG_S (120), CAP (1: stage 3), COMMIT (the commit measured; the machine's copy may have no .git),
+#      PONG_LAG_SETS (stage 2's settings besides lag: the lag recipe that reached 20 at 729k steps on 2 cores,
+#      docs/results/2026-11-28-2core-cpu-pong-fast-lag1-fresh-linear1e-3-seed1-run3/; "" for the file's own)
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 DEV=${DEV:-cuda}; ACTORS=${ACTORS:-16}; EPA=${EPA:-32}; PONG_S=${PONG_S:-120}; SECONDS_ROW=${ROW_SECONDS:-25}
-ROLLOUTS=${ROLLOUTS:-8}; CAP=${CAP:-1}; COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+ROLLOUTS=${ROLLOUTS:-8}; CAP=${CAP:-1}
+PONG_LAG_SETS=${PONG_LAG_SETS-"--set ppo.lag_fresh_advantages=true --set ppo.lr_schedule=linear --set ppo.learning_rate=1e-3 --set ppo.lr_anneal_steps=1000000"}
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 T0=$(date +%s); since() { echo $(( $(date +%s) - T0 )); }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 W=/tmp/gpu40; rm -rf $W; mkdir -p $W/results
@@ -43,7 +47,7 @@ echo "== pong-fast with policy lag at $(since) s"
 timeout $((PONG_S + 90)) python3 benchmarks/learning.py configs/pong-fast.toml --target 20 --max-steps 4000000 --seed 1 \
   --max-hours "$(python3 -c "print($PONG_S/3600)")" --eval-episodes 10 --run-dir $W/pong-lag --results $W/results \
   --hardware "h200" -- --device "$DEV" --set log.progress_bar=false --set run.policy_lag=1 --set cluster.collectors=1 \
-  > $W/pong-lag.log 2>&1
+  $PONG_LAG_SETS > $W/pong-lag.log 2>&1
 echo "pong-lag exit $? at $(since) s"; tail -4 $W/pong-lag.log
 
 if [ "$CAP" = 1 ]; then
