@@ -89,8 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the draws of faults and gaps")
     p.add_argument("--first-after-s", type=float, default=60.0, help="training before the first fault")
     p.add_argument("--calibration-s", type=float, default=CALIBRATION_S, help="the calibration run's measured span")
-    p.add_argument("--quiet-s", type=float, default=QUIET_S,
-                   help=f"the run's last seconds without a new fault, for the last recovery (default {QUIET_S:g})")
+    p.add_argument("--quiet-s", type=float, default=QUIET_S, help="the run's last seconds with no new fault (default 60)")
     args = p.parse_args(argv)
     names = [f for f in args.faults.split(",") if f]
     if unknown := [f for f in names if f not in FAULTS]:
