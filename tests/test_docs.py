@@ -10,7 +10,8 @@ import pytest
 from learner.config_docs import REGENERATE, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
-README_MAX_LINES = 250
+README_GUIDE_LINES = 250  # a user reads it in five minutes; past it, say so in review (issue 61)
+README_MAX_LINES = 320  # the ceiling: past it, detail moves to docs/
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)

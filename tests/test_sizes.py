@@ -1,7 +1,11 @@
-"""The acceptance sizes of issue 33: no class over 250 lines and no function over 60 in the product code
-(actor/, launcher/, learner/, protocol/, launch.py). A size is counted from the `def`/`class` line to the last line of
-its body, docstring and comments included. And no constructor over 8 parameters: an `__init__`'s, or a
-dataclass's fields that its constructor takes (not those declared `field(init=False)`)."""
+"""Sizes in the product code (actor/, launcher/, learner/, protocol/, launch.py), as a guide and a ceiling.
+
+The guide (issue 33): classes of at most 250 lines, functions of at most 60, constructors of at most 8
+parameters. Past the guide is allowed and reported (run `pytest -rP tests/test_sizes.py` to see the list): a
+class cut only to pass a number breeds coined names, so a class is cut when a reader gains by it (issue 61).
+The ceiling fails the test: 400 lines for a class, 100 for a function, 12 parameters. A size is counted from
+the `def`/`class` line to the last line of its body, docstring and comments included; a constructor's
+parameters are its `__init__`'s, or the fields a dataclass's constructor takes (not `field(init=False)`)."""
 import ast
 from pathlib import Path
 
@@ -9,9 +13,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("actor", "launcher", "learner", "protocol", "launch.py")
-LIMITS = {ast.ClassDef: 250, ast.FunctionDef: 60, ast.AsyncFunctionDef: 60}
-KNOWN: set[str] = set()  # none over the limits (config.validate was the last: split into _check_* functions)
-MAX_PARAMETERS = 8
+GUIDE = {ast.ClassDef: 250, ast.FunctionDef: 60, ast.AsyncFunctionDef: 60}
+LIMITS = {ast.ClassDef: 400, ast.FunctionDef: 100, ast.AsyncFunctionDef: 100}  # the ceiling
+GUIDE_PARAMETERS = 8
+MAX_PARAMETERS = 12
 # Pure records that may take more: each field is one key of the config schema, or one field of the wire format.
 RECORDS = {
     "learner/config.py:RunConfig",      # the [run] section's keys
@@ -31,29 +36,42 @@ def product_files() -> list[Path]:
     return files
 
 
-def oversized(source: str, where: str) -> list[str]:
+def oversized(source: str, where: str, limits: dict = LIMITS) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(source)):
-        limit = LIMITS.get(type(node))
+        limit = limits.get(type(node))
         if limit is not None and (lines := node.end_lineno - node.lineno + 1) > limit:
             found.append(f"{where}:{node.name} ({lines} lines, at most {limit})")
     return found
 
 
-def test_no_class_over_250_lines_and_no_function_over_60():
+def test_no_class_over_400_lines_and_no_function_over_100():
     found = [line for path in product_files()
              for line in oversized(path.read_text(), str(path.relative_to(ROOT)))]
-    assert [f for f in found if f.split(" ")[0] not in KNOWN] == []
-    assert {f.split(" ")[0] for f in found} == KNOWN  # an entry back within the limit: remove it from KNOWN
+    assert found == []
 
 
-@pytest.mark.parametrize("body, limit, kind", [(60, 60, "def"), (250, 250, "class")])
+def test_report_what_passes_the_guide():
+    """Never fails: prints the classes and functions past the guide, and the constructors past 8 parameters."""
+    past = [line for path in product_files()
+            for line in oversized(path.read_text(), str(path.relative_to(ROOT)), GUIDE)]
+    params = {}
+    for path in product_files():
+        params.update(constructors(path.read_text(), str(path.relative_to(ROOT))))
+    past += [f"{name} ({n} parameters, guide {GUIDE_PARAMETERS})" for name, n in sorted(params.items())
+             if n > GUIDE_PARAMETERS and name not in RECORDS]
+    print("past the guide (allowed up to the ceiling):", *past or ["none"], sep="\n  ")
+
+
+@pytest.mark.parametrize("body, limit, kind", [(60, 60, "def"), (250, 250, "class"), (100, 100, "def"),
+                                               (400, 400, "class")])
 def test_the_check_counts_every_line_of_the_body(body, limit, kind):
     head = "def f():\n" if kind == "def" else "class C:\n"
     fits = head + "    x = 1\n" * (body - 1)
     over = head + "    x = 1\n" * body
-    assert oversized(fits, "m.py") == []
-    assert oversized(over, "m.py") == [f"m.py:{'f' if kind == 'def' else 'C'} ({body + 1} lines, at most {limit})"]
+    limits = {ast.ClassDef: limit} if kind == "class" else {ast.FunctionDef: limit}
+    assert oversized(fits, "m.py", limits) == []
+    assert oversized(over, "m.py", limits) == [f"m.py:{'f' if kind == 'def' else 'C'} ({body + 1} lines, at most {limit})"]
 
 
 def _is_dataclass(node: ast.ClassDef) -> bool:
@@ -92,7 +110,7 @@ def constructors(source: str, where: str) -> dict[str, int]:
     return found
 
 
-def test_no_constructor_over_8_parameters_but_the_listed_records():
+def test_no_constructor_over_12_parameters_but_the_listed_records():
     found = {}
     for path in product_files():
         found.update(constructors(path.read_text(), str(path.relative_to(ROOT))))
