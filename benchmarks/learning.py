@@ -192,8 +192,16 @@ def publish(args: argparse.Namespace, run_dir: Path, summary: dict) -> Path:
     return entry
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Stopped by SIGTERM, or by Ctrl-C even when started in the background (where SIGINT comes ignored): the
+    # run stops as at the target, with a final checkpoint, and can be resumed.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     run_dir = args.finish or args.resume or args.run_dir or (
         ROOT / "runs" / f"learning-{Path(args.recipe).stem}-seed{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
     summary_file = run_dir / "learning.json"  # the runs so far, kept across resumes
