@@ -181,6 +181,8 @@ class PPOConfig(BaseModel):
     """kl variant: initial penalty coefficient"""
     target_kl: KL = 0.0
     """stop the epochs early once approx_kl exceeds this (0 disables)"""
+    bptt: Annotated[int, Field(ge=0, le=MAX_ROLLOUT)] = 0
+    """model.core lstm / gru: steps of each sequence the update replays (truncated backpropagation through time), a divisor of ppo.num_steps; each env slot's rollout is cut into num_steps / bptt sequences, each started from the state the acting policy had there, and the minibatches are made of whole sequences (0: the whole rollout, one sequence per env slot)"""
     update_precision: Literal["fp32", "bf16"] = "fp32"
     """fp32 | bf16: the update's forward and backward passes through the encoder (the CNN's convs and hidden layer) under bfloat16 autocast (1.4x faster than fp32 in benchmarks/update_cost.py on avx512_bf16 cores); the weights, Adam's state, the heads (log-probs, values) and the loss stay float32. Acting and evaluation stay float32"""
 
@@ -196,6 +198,10 @@ class ModelConfig(BaseModel):
     """cnn, impala: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
     normalize_input: bool = False
     """cnn, impala: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)"""
+    core: Literal["none", "lstm", "gru"] = "none"
+    """none (feed-forward) | lstm | gru: a recurrent core between the encoder and the heads (cnn, impala: on the 512 / 256 features, the heads on its outputs; mlp: on the observation, the policy and value MLPs on its outputs). Its state is kept per env slot where inference runs, zeroed at each episode's start and when a slot changes hands; it is not checkpointed (a resumed run starts from zero state). Not with run.policy_lag, cluster.collectors > 1 or cluster.learners > 1 (yet); see ppo.bptt"""
+    core_size: Annotated[int, Field(ge=0, le=65_536)] = 0
+    """model.core lstm / gru: the core's width (an LSTM keeps 2 x this many floats of state per env slot, a GRU this many); 0: 256 on images, 64 on vectors"""
 
 
 class NormalizeConfig(BaseModel):
@@ -390,6 +396,8 @@ def check_multi_rank(cfg: Config, why: str) -> None:
     _require(cfg.run.policy_lag == 0, f"run.policy_lag = 1 is not supported with {why}: set run.policy_lag = 0")
     _require(not (cfg.normalize.obs or cfg.normalize.reward),
              f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
+    _require(cfg.model.core == "none", f"model.core = {cfg.model.core!r} is not supported with {why} yet: "
+             "set model.core = \"none\"")
 
 
 def check_collectors(cfg: Config) -> None:
@@ -421,6 +429,7 @@ def validate(cfg: Config) -> None:
     _check_codec(cfg.cluster)
     _check_rollout(cfg)
     _check_lr(cfg.ppo)
+    _check_core(cfg)
 
 
 def _check_topology(cfg: Config) -> None:
@@ -478,6 +487,28 @@ def _check_rollout(cfg: Config) -> None:
              f"{samples} samples per rollout: more than the limit of {MAX_ROLLOUT}")
     _require(p.num_minibatches <= samples, f"ppo.num_minibatches must be in [1, {samples}] (the samples of a "
              f"rollout, ppo.num_steps x env slots; more: a minibatch would hold less than one sample), "
+             f"got {p.num_minibatches}")
+
+
+def _check_core(cfg: Config) -> None:
+    """A recurrent core: its sequences fit the rollout, and none of what does not carry its state yet."""
+    p, core = cfg.ppo, cfg.model.core
+    if core == "none":
+        return
+    c = cfg.cluster
+    lacking = [f"{key} = {value}" for key, value, bad in (
+        ("run.policy_lag", cfg.run.policy_lag, cfg.run.policy_lag > 0),
+        ("cluster.collectors", c.collectors, c.collectors > 1),
+        ("cluster.learners", c.learners, c.learners > 1)) if bad]
+    _require(not lacking, f"model.core = {core!r} is not supported with {', '.join(lacking)} yet: the recurrent "
+             "state is kept in one collector of one learner, without lag (set model.core = \"none\", or those "
+             "keys to 0 / 1 / 1)")
+    _require(p.bptt == 0 or p.num_steps % p.bptt == 0,
+             f"ppo.bptt must divide ppo.num_steps (each env slot's rollout is cut into sequences of bptt steps), "
+             f"got bptt {p.bptt} and num_steps {p.num_steps}")
+    sequences = max(cfg.num_envs, cfg.cluster.min_envs, 1) * (p.num_steps // (p.bptt or p.num_steps))
+    _require(p.num_minibatches <= sequences, f"ppo.num_minibatches must be in [1, {sequences}] with model.core = "
+             f"{core!r} (minibatches are made of whole sequences: env slots x ppo.num_steps / ppo.bptt), "
              f"got {p.num_minibatches}")
 
 

@@ -44,7 +44,7 @@ def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setu
     after each update). `rank_targets`: rank 0's of several ranks, where it sends joiners."""
     cfg = run.cfg
     k = default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
-                           cfg.run.deterministic, cfg.normalize.obs, has_policy_lag(cfg))
+                           cfg.run.deterministic, cfg.normalize.obs, has_policy_lag(cfg), cfg.model.core != "none")
     if k == 1:
         return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets)
     return start_collector_processes(k, run, spaces, layout, gateway_setup, link, watchdog, rank_targets, served)

@@ -120,6 +120,14 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["eval.episodes=0"], ["eval.episodes", "0"]),
     (["eval.sticky_actions=2"], ["eval.sticky_actions", "2.0"]),
     (["eval.sticky_actions=-0.5"], ["eval.sticky_actions", "-1 or in [0, 1]", "-0.5"]),
+    # [model] core (issue 63): what does not carry the recurrent state yet is refused, naming the keys
+    (["model.core='rnn'"], ["model.core", "none, lstm or gru", "rnn"]),
+    (["model.core='lstm'", "run.policy_lag=1"], ["model.core = 'lstm'", "run.policy_lag = 1", "not supported"]),
+    (["model.core='gru'", "cluster.collectors=2"], ["model.core = 'gru'", "cluster.collectors = 2"]),
+    (["model.core='lstm'", "cluster.learners=2"], ["model.core = 'lstm'", "cluster.learners = 2"]),
+    (["model.core='lstm'", "ppo.num_steps=128", "ppo.bptt=48"], ["ppo.bptt", "divide", "48", "128"]),
+    (["model.core='lstm'", "cluster.envs=2", "cluster.actors=1", "ppo.bptt=0", "ppo.num_minibatches=4"],
+     ["ppo.num_minibatches", "[1, 2]", "whole sequences", "got 4"]),
     # [env]
     (["env.env_id=''"], ["env.env_id", "empty"]),
     (["env.env_id='  '"], ["env.env_id", "empty", "'  '"]),
@@ -161,6 +169,11 @@ def test_every_rule_refuses_in_one_line_naming_key_value_and_rule(overrides, wor
 
 def test_the_defaults_pass():
     apply_overrides(Config(), ["run.seed=0"])
+
+
+def test_a_recurrent_core_with_sequences_that_fit_passes():
+    cfg = apply_overrides(Config(), ["model.core='gru'", "ppo.num_steps=128", "ppo.bptt=32", "ppo.num_minibatches=32"])
+    assert (cfg.model.core, cfg.ppo.bptt) == ("gru", 32)  # 8 env slots x 4 sequences each: 32 sequences
 
 
 @pytest.mark.parametrize("recipe", ["cartpole.toml", "pong-fast.toml", "breakout-fast.toml"])
