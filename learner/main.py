@@ -145,8 +145,9 @@ class Learner:
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
         # normalized observations are not frames: kept whole)
-        self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack)
-        self.admission = admission_of(cfg, obs_space)
+        self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack,
+                                state_size=model.state_size, bptt=p.bptt)
+        self.admission = admission_of(cfg, obs_space, model.state_size)
         self._open_sockets()
         generator = torch.Generator(device=device)
         generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -22,7 +23,7 @@ import torch
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.counters import RolloutCounters, RolloutCounts
 from learner.collection.slot_owners import group_of, unfinished
-from learner.collection.observations import Observations, episodes_of
+from learner.collection.observations import Observations, episode_starts, episodes_of
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Incoming
@@ -61,6 +62,7 @@ class Waiting:
     buffer: RolloutBuffer | None = None  # the rollout its actions go into
     fresh: bool = False  # its envs were just (re)started: a join, or a restart
     restart: np.ndarray | None = None  # which stacks started over (learner-side frame stacking)
+    starts: np.ndarray | None = None  # recurrent core: which envs' episodes start with this obs (state zeroed)
     arrived: float = field(init=False, default=0.0)  # when it began waiting (its report's poll; a rollout's
                                                      # start): see RolloutCounters
 
@@ -108,6 +110,7 @@ class Collector:
         self.buffer: RolloutBuffer | None = None
         self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
+        self.recurrent = policy.recurrent  # a state per env slot, kept by the policy
         self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect, or by go_on)
         self.go_on, self.flowing = None, False  # see collect; flowing: groups that finish go on into the next
@@ -244,9 +247,11 @@ class Collector:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
         self.counters.message()
+        starts = episode_starts(report) if self.recurrent else None
         if report.first:  # a new actor: it joins when the next rollout starts
             obs, restart = self.observations.observe(key, report)  # its episodes are counted when it is next inferred
-            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart)
+            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart,
+                                       starts=starts)
             return
         buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
         if buf is None:  # the gateway admitted an outcome no rollout waits for
@@ -261,12 +266,32 @@ class Collector:
         if target is not buf:  # T steps done: this obs bootstraps the rollout and starts the next one
             for col, o in zip(cols, obs):
                 buf.bootstrap_obs[col] = np.array(o)
-        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, restart=restart)
+        if self.recurrent:
+            self._keep_states(buf, slots, cols, report, starts, bootstrap=target is not buf)
+        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, restart=restart, starts=starts)
         item.arrived = self.listened
         if target is None:
             self.parked[key] = item
         else:
             self.waiting[key] = item
+
+    def _keep_states(self, buf: RolloutBuffer, slots: list[int], cols: list[int], report: m.StepReport,
+                     starts: np.ndarray, bootstrap: bool) -> None:
+        """Recurrent core: the states the values of this report's final observations (truncations) and, at the
+        rollout's end, bootstrap observations are computed from: each slot's state after the step just
+        reported (zeroed for a bootstrap observation that starts a new episode). Once per truncation and per
+        rollout, not per message."""
+        finals = [i for i in report.final_index.tolist() if report.truncated[i] and not report.terminated[i]]
+        if not (finals or bootstrap):
+            return
+        states = self.policy.states_of(slots)
+        t = buf.completed[cols[0]] - 1
+        for i in finals:
+            buf.final_states[(t, cols[i])] = states[i]
+        if bootstrap:
+            states[starts] = 0
+            for i, col in enumerate(cols):
+                buf.bootstrap_states[col] = states[i]
 
     def _ask_go_on(self) -> None:
         """Policy lag: once go_on says newer weights serve, groups flow on (those parked already, at once)."""
@@ -302,7 +327,11 @@ class Collector:
         self.waiting = {}
         self._count_episodes(batch)
         since = time.monotonic()
-        result = self.policy.act([w.obs for w in batch])
+        if self.recurrent:  # each row's slot and episode start: its state is gathered, reset, stepped, scattered
+            result = self.policy.act([w.obs for w in batch], np.fromiter(chain.from_iterable(w.slots for w in batch),
+                                                                          np.int64), np.concatenate([w.starts for w in batch]))
+        else:
+            result = self.policy.act([w.obs for w in batch])
         start = 0
         for w in batch:
             end = start + len(w.slots)
@@ -310,8 +339,9 @@ class Collector:
                 start = end
                 continue
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
+            states = None if result.states is None else result.states[start:end]
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
-                                    result.logprobs[start:end], result.values[start:end], w.restart)
+                                    result.logprobs[start:end], result.values[start:end], w.restart, w.starts, states)
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
         self.counters.served(batch, since)
@@ -332,6 +362,7 @@ class Collector:
             self.waiting.pop(key, None)
             self.parked.pop(key, None)
         self.observations.forget(actor.actor_id, actor.groups)
+        self.policy.forget(actor.slots)  # a recurrent core's state of these slots
         for buf in (self.buffer, self.next):
             for slot in actor.slots if buf is not None else ():
                 if slot in buf.column:

@@ -21,7 +21,7 @@ class Observations:
         once, into the rollout. With it, the group's stacks (its own array, alive until its push after next)."""
         if self.frames is None:
             return report.obs, None
-        restart = np.ones(len(report.obs), bool) if report.first else report.terminated | report.truncated
+        restart = episode_starts(report)
         return self.frames.push(key, report.obs, restart), restart
 
     def keep_finals(self, key, buf: RolloutBuffer, cols: list[int], report: m.StepReport) -> None:
@@ -38,6 +38,12 @@ class Observations:
         if self.frames is not None:
             for group in range(groups):
                 self.frames.forget((actor_id, group))
+
+
+def episode_starts(report: m.StepReport) -> np.ndarray:
+    """Which envs' observations in the report start an episode: all of a first report (a join), else those
+    reset after a termination or truncation."""
+    return np.ones(len(report.obs), bool) if report.first else report.terminated | report.truncated
 
 
 def episodes_of(report: m.StepReport) -> list:

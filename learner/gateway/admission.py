@@ -3,7 +3,8 @@ the machine's memory, so that nothing one local client claims can grow the learn
 
 The learner's memory per env slot is its rollout columns: (num_steps + 1) observations and a few scalars per
 step, held ROLLOUT_COPIES times (the rollout being filled, the previous one kept for reuse or trained on, and
-the update's batch). A handshake whose claim would pass a limit is refused: over the per-actor limit for good
+the update's batch); with a recurrent core (model.core) also its state: a start flag per step and the state at
+each sequence's start in each of those copies, and the slot's row of the inference's state table. A handshake whose claim would pass a limit is refused: over the per-actor limit for good
 (retrying would not help), over the total for now (the actor retries; slots free up as peers leave).
 """
 from __future__ import annotations
@@ -44,30 +45,41 @@ def slot_bytes(obs_shape: tuple, obs_dtype: str, num_steps: int) -> int:
     return ROLLOUT_COPIES * (num_steps + 1) * (obs + STEP_SCALARS_BYTES)
 
 
+def state_bytes(state_size: int, num_steps: int, sequence: int) -> int:
+    """A recurrent core's memory for one env slot (0 without one): in each rollout copy a start flag per step
+    and a float32 state per sequence (num_steps / sequence of them), plus the slot's row of the inference's state
+    table and its bootstrap state."""
+    if not state_size:
+        return 0
+    return ROLLOUT_COPIES * (num_steps + num_steps // sequence * state_size * 4) + 2 * state_size * 4
+
+
 @dataclass(frozen=True)
 class Admission:
     budget_bytes: int  # for all peers' rollout memory together
     slot_bytes: int  # one env slot's share of it
     max_envs: int  # env slots all peers together may hold
     max_envs_per_actor: int  # env slots one peer may claim
+    state_bytes: int = 0  # of slot_bytes, a recurrent core's state (state_bytes)
 
     @classmethod
     def of(cls, budget_mb: int, per_actor: int, run_envs: int, obs_shape: tuple, obs_dtype: str, num_steps: int,
-           memory_bytes: int | None = None) -> "Admission":
+           memory_bytes: int | None = None, state: int = 0) -> "Admission":
         """From the config (cluster.memory_budget_mb, cluster.max_envs_per_actor: 0 derives them) and the
-        machine's memory."""
+        machine's memory; `state`: a recurrent core's bytes per env slot (state_bytes)."""
         memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
         budget = budget_mb << 20 if budget_mb else int(memory * DEFAULT_BUDGET_SHARE) or (8 << 30)
-        each = slot_bytes(obs_shape, obs_dtype, num_steps)
+        each = slot_bytes(obs_shape, obs_dtype, num_steps) + state
         total = max(0, min(MAX_ENV_SLOTS, budget // each))
-        return cls(budget, each, total, min(total, per_actor or max(DEFAULT_PER_ACTOR, run_envs)))
+        return cls(budget, each, total, min(total, per_actor or max(DEFAULT_PER_ACTOR, run_envs)), state)
 
     def split(self, parts: int) -> "Admission":
         """Each of `parts` collectors' share of the total (each admits its own joiners)."""
         if parts <= 1:
             return self
         share = self.max_envs // parts
-        return Admission(self.budget_bytes // parts, self.slot_bytes, share, min(self.max_envs_per_actor, share))
+        return Admission(self.budget_bytes // parts, self.slot_bytes, share, min(self.max_envs_per_actor, share),
+                         self.state_bytes)
 
     def check_claim(self, claimed: int) -> None:
         """Raise AdmissionRefused (for good) when one peer claims more env slots than any one may hold, however
@@ -88,7 +100,8 @@ class Admission:
 
     def describe(self, run_envs: int) -> str:
         """The one start-up line: the budget, what it admits, and what this run's own actors will use."""
-        return (f"memory budget {_mb(self.budget_bytes)} for rollouts ({_mb(self.slot_bytes)} per env slot): "
+        state = f", {_mb(self.state_bytes)} of it recurrent state" if self.state_bytes else ""
+        return (f"memory budget {_mb(self.budget_bytes)} for rollouts ({_mb(self.slot_bytes)} per env slot{state}): "
                 f"up to {self.max_envs} env slots, {self.max_envs_per_actor} per actor; this run's {run_envs} "
                 f"env slots will use {_mb(run_envs * self.slot_bytes)}")
 

@@ -6,6 +6,10 @@ Slots advance independently (whichever actor is ready gets served), so each colu
 index. A column whose actor vanished stops early: its steps after the last completed one are masked
 out, and its last completed step is cut as a truncation bootstrapped from the value of the observation
 that followed it.
+
+With a recurrent core (layout.state_size) each step also keeps whether its episode starts there (the state was
+zeroed before it), each sequence's first step (every layout.bptt steps) the state it entered with, and each
+bootstrap or final observation the state its value is to be computed from.
 """
 from __future__ import annotations
 
@@ -46,6 +50,9 @@ class RolloutBuffer:
         self.fresh: set[int] = set()  # columns whose env was (re)started for this rollout: new returns
         self.bootstrap_obs: dict[int, np.ndarray] = {}         # column -> observation after step T-1
         self.final_obs: dict[tuple[int, int], np.ndarray] = {}  # (t, column) -> last obs before a truncation
+        # recurrent core: the state the value of each bootstrap / final observation is computed from
+        self.bootstrap_states: dict[int, np.ndarray] = {}
+        self.final_states: dict[tuple[int, int], np.ndarray] = {}
         self._host = {name: getattr(self, name).numpy() for name in self.names}  # views _put writes through
 
     def _fresh(self, name: str, shape: tuple, dtype: torch.dtype, reuse: "RolloutBuffer | None") -> torch.Tensor:
@@ -75,9 +82,12 @@ class RolloutBuffer:
         5-10 us."""
         self._host[name][t, self._index(cols)] = src
 
-    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None) -> None:
+    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, starts=None,
+                       states=None) -> None:
         """Store one inference result for columns that are all at the same step. With stacked observations
-        (layout.stack > 1) `restart` says which stacks started over (learner/rollout/frames.py)."""
+        (layout.stack > 1) `restart` says which stacks started over (learner/rollout/frames.py); with a recurrent
+        core, `starts` which episodes start at this step and `states` the state each entered it with (kept at
+        each sequence's first step)."""
         t = self.acted[cols[0]]
         if self.layout.stack > 1:
             write_stacks(self._host["frames"], self._host["restarts"], t, self._index(cols), obs, restart)
@@ -85,6 +95,11 @@ class RolloutBuffer:
             self._put("obs", t, cols, obs)
         for name, src in (("actions", actions), ("logprobs", logprobs), ("values", values)):
             self._put(name, t, cols, src)
+        if self.layout.state_size:
+            self._put("starts", t, cols, starts)
+            length = self.layout.sequence(self.T)
+            if t % length == 0:
+                self._put("states", t // length, cols, states)
         _advance(self.acted, cols, t + 1)
 
     def record_outcome(self, cols: list[int], rewards, terminated, truncated) -> None:
@@ -109,21 +124,24 @@ class RolloutBuffer:
         return t < torch.as_tensor(self.completed).unsqueeze(0)
 
     def finish(self, value_fn) -> dict[str, torch.Tensor]:
-        """Fill next_values with value_fn (a batched V: every bootstrap and final observation in one batch)
-        and cut dead columns; returns dones and valid (host tensors), and those observations with where their
-        values went: extra_obs (stacked, None when there are none) and extra_at (rows, cols of next_values)."""
+        """Fill next_values with value_fn (a batched V: every bootstrap and final observation in one batch;
+        with a recurrent core, value_fn(obs, states)) and cut dead columns; returns dones and valid (host
+        tensors), and those observations with where their values went: extra_obs (stacked, None when there are
+        none) and extra_at (rows, cols of next_values)."""
         self.next_values[:-1] = self.values[1:]
-        extra_obs, targets = [], []
+        extra_obs, targets, states = [], [], []
         for col, obs in sorted(self.bootstrap_obs.items()):  # sorted: arrival order must not matter
             extra_obs.append(np.asarray(obs))
             targets.append((self.T - 1, col))
+            states.append(self.bootstrap_states.get(col))
         for (t, col), obs in sorted(self.final_obs.items()):
             extra_obs.append(np.asarray(obs))
             targets.append((t, col))
+            states.append(self.final_states.get((t, col)))
         rows, cols = zip(*targets) if targets else ((), ())
         stacked = np.stack(extra_obs) if extra_obs else None
         if stacked is not None:
-            vals = value_fn(stacked)
+            vals = value_fn(stacked, np.stack(states)) if self.layout.state_size else value_fn(stacked)
             self.next_values[list(rows), list(cols)] = torch.as_tensor(vals, dtype=torch.float32).reshape(-1)
         for col in range(self.N):
             if self.dead[col] and col not in self.bootstrap_obs:

@@ -1,5 +1,7 @@
-"""What one step of a rollout holds, per env slot: the observation's and the action's shape and dtype, and
-whether the observation is a stack of frames kept one frame per step (learner/rollout/frames.py)."""
+"""What one step of a rollout holds, per env slot: the observation's and the action's shape and dtype,
+whether the observation is a stack of frames kept one frame per step (learner/rollout/frames.py), and with a
+recurrent core (model.core) its state: where each step's episode starts, and the state at each sequence's
+first step (every `bptt` steps)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,12 +18,19 @@ class Layout:
     action_shape: tuple
     action_dtype: torch.dtype
     stack: int = 1  # > 1: obs_shape is (stack, *frame), stacked on the learner; the rollout keeps one frame per step
+    state_size: int = 0  # > 0: a recurrent core's floats of state per env slot
+    bptt: int = 0  # with state_size: steps per sequence (0: the whole rollout)
 
     @classmethod
-    def of(cls, obs_space, action_space, stack: int = 1) -> "Layout":
+    def of(cls, obs_space, action_space, stack: int = 1, state_size: int = 0, bptt: int = 0) -> "Layout":
         """From the env's spaces (protocol.spaces.SpaceSpec): float64 observations are kept as float32."""
         return cls(tuple(obs_space.shape), TORCH_DTYPES.get(obs_space.dtype, torch.float32),
-                   tuple(action_space.shape), torch.long if action_space.kind == "discrete" else torch.float32, stack)
+                   tuple(action_space.shape), torch.long if action_space.kind == "discrete" else torch.float32, stack,
+                   state_size, bptt)
+
+    def sequence(self, num_steps: int) -> int:
+        """Steps per sequence of a rollout of num_steps (a recurrent core's)."""
+        return self.bptt or num_steps
 
     def rows(self, num_steps: int, width: int) -> dict[str, tuple[tuple, torch.dtype]]:
         """The per-step arrays of a rollout of num_steps x width columns: name -> (shape, dtype). Stacked:
@@ -29,6 +38,9 @@ class Layout:
         T, N = num_steps, width
         obs = ({"frames": ((T + self.stack - 1, N, *self.obs_shape[1:]), self.obs_dtype), "restarts": ((T, N), torch.bool)}
                if self.stack > 1 else {"obs": ((T, N, *self.obs_shape), self.obs_dtype)})
+        recurrent = ({"starts": ((T, N), torch.bool),  # the state was zeroed before this step
+                      "states": ((T // self.sequence(T), N, self.state_size), torch.float32)}  # at sequence starts
+                     if self.state_size else {})
         return {**obs, "actions": ((T, N, *self.action_shape), self.action_dtype), "logprobs": ((T, N), torch.float32),
                 "values": ((T, N), torch.float32), "rewards": ((T, N), torch.float32),
-                "terminated": ((T, N), torch.bool), "truncated": ((T, N), torch.bool)}
+                "terminated": ((T, N), torch.bool), "truncated": ((T, N), torch.bool), **recurrent}

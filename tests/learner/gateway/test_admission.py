@@ -2,7 +2,7 @@
 import pytest
 
 from learner.gateway.admission import (ROLLOUT_COPIES, Admission, AdmissionRefused, check_run_fits,
-                                       slot_bytes)
+                                       slot_bytes, state_bytes)
 from learner.gateway.registry import ActorRegistry
 
 BREAKOUT = ((4, 84, 84), "uint8", 128)
@@ -16,6 +16,19 @@ def test_the_limits_follow_the_budget_and_the_rollout_shape():
     half = Admission.of(0, 0, 8, *BREAKOUT, memory_bytes=64 << 30)
     assert half.budget_bytes == 32 << 30 and half.max_envs_per_actor == 256
     assert half.split(2).max_envs == half.max_envs // 2
+
+
+def test_a_recurrent_state_counts_in_each_slot_and_is_said_at_start():
+    """model.core = lstm, 256 wide (512 floats of state), sequences of 32 steps: a start flag per step and a
+    state per sequence in each rollout copy, plus the slot's row of the state table and its bootstrap state."""
+    each = state_bytes(512, 128, 32)
+    assert each == ROLLOUT_COPIES * (128 + 4 * 512 * 4) + 2 * 512 * 4
+    assert state_bytes(0, 128, 32) == 0
+    a = Admission.of(1024, 0, 8, *BREAKOUT, state=each)
+    assert a.slot_bytes == slot_bytes(*BREAKOUT) + each and a.max_envs == (1024 << 20) // a.slot_bytes
+    assert a.split(2).state_bytes == each
+    assert "of it recurrent state" in a.describe(8)
+    assert "recurrent" not in Admission.of(1024, 0, 8, *BREAKOUT).describe(8)
 
 
 def test_a_greedy_claim_is_refused_for_good_and_a_full_learner_says_later():
