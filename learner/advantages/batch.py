@@ -12,6 +12,8 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 - next_values (bootstrap and final observations): return units, from the serving policy of this rollout's end.
 - rewards: the env's, or scaled by normalize.reward: GAE and the returns are in these units.
 - logprobs: the behaviour policy's (the version that acted), so the PPO ratio is exact under policy lag.
+- with a recurrent core (model.core) the batch also keeps the rollout as sequences (Sequences): every step, its
+  episode-start flag and each sequence's first state, so that the update replays what the acting policy saw.
 - with policy lag and ppo.lag_fresh_advantages, the batch also keeps its GAE inputs (GaeInputs), so that the
   update runs GAE again with the critic it starts from (GaeInputs.rerun): the acting critic's values are one version
   older, and in a game whose returns are mostly bootstrapped that delay halves how fast values propagate
@@ -75,6 +77,45 @@ class GaeInputs:
         return values[self.valid], advantages[self.valid], returns[self.valid]
 
 
+@dataclass
+class Sequences:
+    """A recurrent core's rollout as sequences (data["sequences"]): each env slot's T steps cut into T / length
+    sequences, each replayed from the state the acting policy entered its first step with, resetting where
+    episodes start. Sequence s is column s % width, steps (s // width) * length onwards. The update draws its
+    minibatches as whole sequences (`part`) without importing this stage."""
+    obs: torch.Tensor | StackedObs  # every step's observation, flat step-major (step t, column c: t * width + c)
+    actions: torch.Tensor           # every step's action, flat step-major
+    starts: torch.Tensor            # (T * width,) bool: the episode starts at this step (the state zeroed first)
+    states: torch.Tensor            # (T / length, width, state_size): the state at each sequence's first step
+    valid: torch.Tensor             # (T * width,) bool: the steps that are the batch's samples
+    sample: torch.Tensor            # (T * width,) long: the step's row among the batch's samples (-1: none)
+    length: int
+    width: int
+
+    def count(self) -> int:
+        return self.states.shape[0] * self.width
+
+    def part(self, seqs: torch.Tensor) -> "SequencePart":
+        """Sequences `seqs` for evaluate: their steps time-major (step j of the b-th at j * B + b)."""
+        first, column = seqs // self.width * self.length, seqs % self.width
+        steps = ((first.unsqueeze(0) + torch.arange(self.length, device=seqs.device).unsqueeze(1)) * self.width
+                 + column.unsqueeze(0)).flatten()
+        keep = self.valid[steps]
+        return SequencePart(self.obs[steps], self.actions[steps], self.states[seqs // self.width, column],
+                            self.starts[steps], keep, self.sample[steps][keep])
+
+
+@dataclass
+class SequencePart:
+    """Some sequences' steps, time-major, as evaluate takes them; `keep`: which are samples, `rows`: theirs."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    state: torch.Tensor
+    starts: torch.Tensor
+    keep: torch.Tensor
+    rows: torch.Tensor
+
+
 def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: float,
                      reward_scaler: RewardScaler | None = None,
                      keep_gae_inputs: Callable[[np.ndarray], torch.Tensor] | None = None) -> TrainingBatch | None:
@@ -106,7 +147,20 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
             "values": take(d["values"]), "advantages": take(advantages), "returns": take(returns)}
     if keep_gae_inputs is not None:
         data["gae"] = _gae_inputs(d, valid, extra, keep_gae_inputs, buf, (gamma, gae_lambda))
+    if buf.layout.state_size:
+        data["sequences"] = _sequences(d, buf, valid, data["obs"] if n_valid == valid.numel() else None)
     return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
+
+
+def _sequences(d: dict[str, torch.Tensor], buf: RolloutBuffer, valid: torch.Tensor,
+               all_obs: torch.Tensor | StackedObs | None) -> Sequences:
+    """The rollout's sequences (all_obs: every step's observations when they are the samples' already)."""
+    flat = valid.flatten()
+    sample = torch.full(flat.shape, -1, dtype=torch.long, device=flat.device)
+    sample[flat] = torch.arange(int(flat.sum()), device=flat.device)
+    obs = all_obs if all_obs is not None else _observations(d, buf.layout.stack, None)
+    return Sequences(obs, d["actions"].flatten(0, 1), d["starts"].flatten(), d["states"], flat, sample,
+                     buf.layout.sequence(buf.T), buf.N)
 
 
 def _gae_inputs(d: dict[str, torch.Tensor], valid: torch.Tensor, extra: dict, prepare, buf: RolloutBuffer,
