@@ -100,14 +100,26 @@ def documented_fields() -> set[str]:
     return {name for cell in rows for name in re.findall(r"`([a-z0-9_]+)`", cell)}
 
 
+def recurrent_update() -> tuple[PPOUpdater, dict]:
+    """An updater of a recurrent model (model.core) and what its update over an acted rollout returns."""
+    from learner.advantages.batch import rollout_to_batch
+    from tests.learner.update.test_ppo_recurrent import acted_rollout
+    model, policy, buf = acted_rollout("gru", 4)
+    updater = PPOUpdater(model, PPOConfig(num_minibatches=2), device="cpu")
+    batch = rollout_to_batch(buf, policy.value, 0.99, 0.95)
+    return updater, {**updater.update(batch.data, 0.0, torch.Generator().manual_seed(0)), "update_s": 0.1}
+
+
 def every_line_kind(tmp_path: Path) -> list[dict]:
     """A line of each kind a run can write: the clip variant with value normalization, policy lag, batch
-    checksums, evaluation and two ranks and the collection's breakdown; the KL variant; a collect-only update."""
+    checksums, evaluation and two ranks and the collection's breakdown; the KL variant; a collect-only update;
+    a recurrent core's update."""
     clip = make_updater(PPOConfig(update_epochs=2), value_norm=ValueNormalizer(), batch_checksum=True,
                         policy_lag=True)
     kl = make_updater(PPOConfig(variant="kl"))
     kinds = [(quiet_config("eval.every=1", "run.batch_checksum=true"), clip, update_stats(clip), TWO_RANKS),
-             (quiet_config(), kl, update_stats(kl), ONE_RANK), (quiet_config(), kl, {"update_s": 0.0}, ONE_RANK)]
+             (quiet_config(), kl, update_stats(kl), ONE_RANK), (quiet_config(), kl, {"update_s": 0.0}, ONE_RANK),
+             (quiet_config(), *recurrent_update(), ONE_RANK)]
     lines = []
     for i, (cfg, updater, stats, gathered) in enumerate(kinds):
         (tmp_path / str(i)).mkdir()
