@@ -7,6 +7,8 @@
 Atari games are played whole (one episode is one game over all lives, until game over or the time limit)
 and scored by the raw game score; other tasks by their own episodes. A lost life is handled as in training:
 with the run's episodic life and FIRE reset, FIRE is pressed after each lost life just as training pressed it.
+A recurrent policy (model.core) carries its state through the game, zeroed where training zeroed it: after
+every reset of the env (a game's end, and a lost life with episodic life).
 """
 # The reusable pieces (load_policy, eval_settings, play_episodes, VideoWriter)
 # also serve the eval worker during training.
@@ -169,6 +171,7 @@ def play_episodes(model: ActorCritic, env, episodes: int, *, obs_norm: ObsNormal
         low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
     record_until = episodes if video_episodes is None else video_episodes
     results: list[Episode] = []
+    state = model.initial_state(1, device) if model.recurrent else None  # stepped in place, zeroed at resets
     obs, _ = env.reset(seed=seed)
     if video is not None and record_until > 0:
         video.add(env.render())
@@ -176,7 +179,7 @@ def play_episodes(model: ActorCritic, env, episodes: int, *, obs_norm: ObsNormal
         x = torch.as_tensor(np.asarray(obs))[None].to(device)
         if obs_norm is not None:
             x = obs_norm(x)
-        action = model.greedy(x) if greedy else model.act(x, generator=generator)[0]
+        action = model.greedy(x, state) if greedy else model.act(x, generator=generator, state=state)[0]
         action = action[0].cpu().numpy()
         action = int(action) if discrete else np.clip(action, low, high)
         obs, _, terminated, truncated, info = env.step(action)
@@ -187,6 +190,8 @@ def play_episodes(model: ActorCritic, env, episodes: int, *, obs_norm: ObsNormal
             results.append(Episode(float(info["episode"]["r"]), int(info["episode"]["l"])))
         if terminated or truncated:
             obs, reset_info = env.reset()
+            if state is not None:
+                state.zero_()  # the collector zeroes a slot's state at the same point in training
             if "episode" in reset_info:  # the game ended inside the reset (its time limit struck there)
                 info = reset_info
                 results.append(Episode(float(info["episode"]["r"]), int(info["episode"]["l"])))

@@ -1,6 +1,8 @@
 """The reusable evaluation pieces without a training run (learner/evaluation/evaluate.py): settings, episodes."""
 from __future__ import annotations
 
+import torch
+
 from actor.envs import describe_spaces, make_env
 from learner.config import Config, apply_overrides
 from learner.evaluation.evaluate import build_policy, eval_settings, play_episodes, summarize
@@ -33,3 +35,54 @@ def test_play_episodes_cartpole_returns_raw_episodes():
     assert [(e.ret, e.length) for e in episodes] == [(e.ret, e.length) for e in again]  # seeded
     s = summarize([e.ret for e in episodes])
     assert s["min"] <= s["mean"] <= s["max"] and s["episodes"] == 3
+
+
+class StateSpy:
+    """A recurrent model as play_episodes sees it, recording the state each step enters with and leaves with."""
+
+    def __init__(self, model):
+        self.model, self.recurrent, self.initial_state = model, True, model.initial_state
+        self.entered, self.left = [], []
+
+    def greedy(self, x, state):
+        self.entered.append(state.clone())
+        out = self.model.greedy(x, state)
+        self.left.append(state.clone())
+        return out
+
+
+def test_a_recurrent_policy_carries_its_state_through_an_episode_and_starts_each_from_zeros():
+    """model.core (issue 63): each step enters with the state the step before left, except an episode's first,
+    which enters with zeros, as the collector resets a slot's state in training."""
+    cfg = apply_overrides(Config(), ["env.env_id='CartPole-v1'", "env.max_episode_steps=30", "model.core='lstm'"])
+    env = make_env(eval_settings(cfg.env), 3)
+    try:
+        model, _ = build_policy(cfg, *describe_spaces(env))
+        spy = StateSpy(model)
+        episodes = play_episodes(spy, env, 3, seed=3, greedy=True)
+    finally:
+        env.close()
+    firsts = [0, episodes[0].length, episodes[0].length + episodes[1].length]
+    assert len(spy.entered) == sum(e.length for e in episodes)
+    for t, state in enumerate(spy.entered):
+        if t in firsts:
+            assert not state.any(), t
+        else:
+            assert torch.equal(state, spy.left[t - 1]) and state.any(), t
+
+
+def test_a_recurrent_checkpoint_keeps_its_core_and_ppo_cluster_evaluate_plays_it(tmp_path, capsys):
+    from learner.evaluation.evaluate import load_policy, main
+    from learner.weights import checkpoint
+    cfg = apply_overrides(Config(), ["env.env_id='CartPole-v1'", "env.max_episode_steps=20", "model.core='gru'"])
+    env = make_env(eval_settings(cfg.env), 0)
+    try:
+        model, _ = build_policy(cfg, *describe_spaces(env))
+    finally:
+        env.close()
+    checkpoint.save(tmp_path, 1, {"update": 1, "env_steps": 64, "config": cfg.to_dict(), "updater": {},
+                                  "model": model.state_dict()}, keep=1)
+    loaded = load_policy(tmp_path).model
+    assert loaded.recurrent and torch.equal(loaded.core.cell.weight_hh, model.core.cell.weight_hh)
+    assert main([str(tmp_path), "--episodes", "2"]) == 0
+    assert "over 2 episode(s)" in capsys.readouterr().out
