@@ -4,8 +4,8 @@ from __future__ import annotations
 import gymnasium as gym
 
 from actor.wrappers import (AgentStepLength, ClipReward, RecordEpisode, EpisodicLife, FireReset,
-                            FrameStack, MaxAndSkip, NoopReset, SeedOnFirstReset, WarpFrame, needs_fire)
-from protocol.settings import EnvSettings
+                            FrameStack, KeepEntries, MaxAndSkip, NoopReset, SeedOnFirstReset, WarpFrame, needs_fire)
+from protocol.settings import POSITIONS, EnvSettings, task_name
 from protocol.spaces import SpaceSpec
 
 ATARI_DEFAULT_MAX_STEPS = EnvSettings.model_fields["max_episode_steps"].default
@@ -35,6 +35,7 @@ def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -
     Any other id is made as registered, with RecordEpisode on top. Its registered time limit is kept
     unless `max_episode_steps` is > 0 and differs from the Atari default (27,000), which would
     otherwise cut e.g. CartPole at 27,000 instead of 500 just because the setting was left alone.
+    `observe = "positions"` then keeps only the task's positions and angles (KeepEntries).
 
     Seeding: the action space is seeded now; the env itself is reset with `seed` on its first
     reset, whether the caller passes `reset(seed=seed)` or plain `reset()` (make_env does not reset).
@@ -43,6 +44,8 @@ def make_env(settings: EnvSettings, seed: int, render_mode: str | None = None) -
     render_mode is passed to gymnasium.make ("rgb_array": `env.render()` returns the full-colour frame,
     for Atari the 210x160 screen, whatever the observation preprocessing).
     """
+    if settings.is_atari and settings.observe != "all":
+        raise ValueError(f"env.observe = {settings.observe!r} is for vector tasks, not Atari ({settings.env_id})")
     env = _make_atari(settings, render_mode) if settings.is_atari else _make_other(settings, render_mode)
     env = SeedOnFirstReset(env, seed)
     env.action_space.seed(seed)
@@ -84,7 +87,14 @@ def _make_other(s: EnvSettings, render_mode: str | None = None) -> gym.Env:
     kwargs = {}
     if s.max_episode_steps > 0 and s.max_episode_steps != ATARI_DEFAULT_MAX_STEPS:
         kwargs["max_episode_steps"] = s.max_episode_steps
-    return RecordEpisode(gym.make(s.env_id, render_mode=render_mode, **kwargs))
+    env = RecordEpisode(gym.make(s.env_id, render_mode=render_mode, **kwargs))
+    if s.observe == "positions":
+        entries = POSITIONS.get(task_name(s.env_id))
+        if entries is None:
+            raise ValueError(f"env.observe = 'positions' knows the positions of {', '.join(POSITIONS)} only, "
+                             f"not of {s.env_id}")
+        env = KeepEntries(env, entries)
+    return env
 
 
 def describe_spaces(env: gym.Env) -> tuple[SpaceSpec, SpaceSpec]:

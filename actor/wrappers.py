@@ -259,3 +259,18 @@ class SeedOnFirstReset(gym.Wrapper):
     def reset(self, *, seed=None, options=None):
         seed, self._seed = (self._seed if seed is None else seed), None
         return self.env.reset(seed=seed, options=options)
+
+
+class KeepEntries(gym.ObservationWrapper):
+    """Observe only some entries of a vector observation (env.observe = "positions": a task's positions and
+    angles without its velocities, protocol.settings.POSITIONS)."""
+
+    def __init__(self, env: gym.Env, entries: tuple[int, ...]):
+        super().__init__(env)
+        self.entries = np.asarray(entries, np.int64)
+        space = env.observation_space
+        self.observation_space = gym.spaces.Box(space.low[self.entries], space.high[self.entries],
+                                                dtype=space.dtype)
+
+    def observation(self, observation):
+        return observation[self.entries]

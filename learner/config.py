@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from protocol import compression
 from protocol.messages import MAX_ENV_SLOTS
-from protocol.settings import SCHEMA, EnvSettings, Rule, describe
+from protocol.settings import POSITIONS, SCHEMA, EnvSettings, Rule, describe, task_name
 from protocol.transport import LOCAL
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding, and every env seed derived from it fits the ALE's range
@@ -430,6 +430,7 @@ def validate(cfg: Config) -> None:
     _check_rollout(cfg)
     _check_lr(cfg.ppo)
     _check_core(cfg)
+    _check_observe(cfg.env)
 
 
 def _check_topology(cfg: Config) -> None:
@@ -510,6 +511,13 @@ def _check_core(cfg: Config) -> None:
     _require(p.num_minibatches <= sequences, f"ppo.num_minibatches must be in [1, {sequences}] with model.core = "
              f"{core!r} (minibatches are made of whole sequences: env slots x ppo.num_steps / ppo.bptt), "
              f"got {p.num_minibatches}")
+
+
+def _check_observe(env: EnvSettings) -> None:
+    """env.observe = "positions": a task whose positions the actors know (protocol.settings.POSITIONS)."""
+    _require(env.observe == "all" or (not env.is_atari and task_name(env.env_id) in POSITIONS),
+             f"env.observe = {env.observe!r} knows the positions of {', '.join(POSITIONS)} only, got env.env_id "
+             f"{env.env_id!r} (set env.observe = \"all\")")
 
 
 def _check_lr(p: PPOConfig) -> None:

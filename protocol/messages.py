@@ -17,7 +17,7 @@ from protocol.errors import ProtocolError
 from protocol.spaces import SpaceSpec
 from protocol.usual_step import usual_step
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_ENV_SLOTS = 4096  # env slots one actor may host, and one learner serves (admission, registry, config)
 _NONE = (codec.EMPTY[codec.DTYPES["float64"]], codec.EMPTY[codec.DTYPES["int64"]])  # no episode ended, no env cut
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
@@ -111,7 +111,18 @@ NonBlank = Annotated[str, AfterValidator(Rule("non-empty", lambda text: bool(tex
 ENV_KEYS_OF_VERSION = {
     1: ("env_id", "noop_max", "frame_skip", "episodic_life", "fire_reset", "clip_rewards", "frame_stack",
         "resolution", "sticky_actions", "max_episode_steps", "full_action_space"),
+    2: ("env_id", "noop_max", "frame_skip", "episodic_life", "fire_reset", "clip_rewards", "frame_stack",
+        "resolution", "sticky_actions", "max_episode_steps", "full_action_space", "observe"),
 }
+# what env.observe = "positions" keeps of each classic-control task's observation: its positions and angles,
+# without the velocities (the partially observed tasks of SB3-contrib's "NoVel" envs); the actor applies it
+POSITIONS = {"CartPole": (0, 2), "Pendulum": (0, 1), "MountainCar": (0,), "MountainCarContinuous": (0,),
+             "Acrobot": (0, 1, 2, 3)}
+
+
+def task_name(env_id: str) -> str:
+    """A gymnasium id's name without namespace and version: 'CartPole' for 'CartPole-v1'."""
+    return env_id.rpartition("/")[2].rpartition("-v")[0] or env_id
 
 
 class EnvSettings(BaseModel):
@@ -139,6 +150,8 @@ class EnvSettings(BaseModel):
     """agent steps before an episode is truncated (Atari: 108,000 frames); 0 keeps the env's own limit"""
     full_action_space: bool = False
     """Atari: all 18 actions instead of the game's minimal set"""
+    observe: Literal["all", "positions"] = "all"
+    """all: the env's whole observation | positions: without its velocities, a partially observed task that a feed-forward policy cannot solve and a recurrent one (model.core) can (CartPole: cart position and pole angle; also Pendulum, MountainCar, MountainCarContinuous, Acrobot)"""
 
     def to_dict(self) -> dict:
         return self.model_dump()

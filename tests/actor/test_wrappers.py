@@ -253,3 +253,29 @@ def test_warp_frame_is_an_area_average():
     assert out.shape == (84, 84) and out.dtype == np.uint8
     assert np.abs(out.astype(np.float64) - reference).max() <= 1.0  # rounding only
     env.close()
+
+
+def test_observe_positions_hides_cartpoles_velocities():
+    """env.observe = "positions" (issue 63): cart position and pole angle only, the same values as the full
+    observation's entries 0 and 2, step after step."""
+    full = make_env(EnvSettings(env_id="CartPole-v1"), 7)
+    part = make_env(EnvSettings(env_id="CartPole-v1", observe="positions"), 7)
+    try:
+        assert part.observation_space.shape == (2,)
+        a, _ = full.reset()
+        b, _ = part.reset()
+        for _ in range(5):
+            np.testing.assert_array_equal(b, a[[0, 2]])
+            assert part.observation_space.contains(b)
+            a = full.step(1)[0]
+            b = part.step(1)[0]
+    finally:
+        full.close()
+        part.close()
+
+
+def test_observe_positions_refuses_a_task_it_does_not_know():
+    with pytest.raises(ValueError, match="knows the positions of CartPole"):
+        make_env(EnvSettings(env_id="FrozenLake-v1", observe="positions"), 0)
+    with pytest.raises(ValueError, match="not Atari"):
+        make_env(EnvSettings(env_id="ALE/Pong-v5", observe="positions"), 0)

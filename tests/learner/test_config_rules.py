@@ -129,6 +129,9 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["model.core='lstm'", "cluster.envs=2", "cluster.actors=1", "ppo.bptt=0", "ppo.num_minibatches=4"],
      ["ppo.num_minibatches", "[1, 2]", "whole sequences", "got 4"]),
     # [env]
+    (["env.observe='velocities'"], ["env.observe", "all or positions", "velocities"]),
+    (["env.observe='positions'"], ["env.observe = 'positions'", "CartPole", "ALE/Breakout-v5"]),
+    (["env.env_id='LunarLander-v3'", "env.observe='positions'"], ["env.observe", "LunarLander-v3"]),
     (["env.env_id=''"], ["env.env_id", "empty"]),
     (["env.env_id='  '"], ["env.env_id", "empty", "'  '"]),
     (["env.noop_max=-1"], ["env.noop_max", "-1"]),

@@ -226,10 +226,13 @@ def test_unknown_message_type(msg_type, pt):
     rejects(frames, match=f"unknown message type {msg_type!r}")
 
 
-@pytest.mark.parametrize("version", [0, 2, -1, "1", None, [1]])
+V = m.PROTOCOL_VERSION
+
+
+@pytest.mark.parametrize("version", [0, V - 1, V + 1, -1, str(V), None, [V]])
 def test_wrong_protocol_version(version, pt):
     frames = pt.with_header(m.encode(m.Goodbye()), lambda h: h.__setitem__("v", version))
-    rejects(frames, match=f"protocol version {version!r} does not match ours (1)")
+    rejects(frames, match=f"protocol version {version!r} does not match ours ({V})")
 
 
 def test_oversized_message_against_the_expect(pt):
