@@ -83,6 +83,6 @@ def test_a_recurrent_checkpoint_keeps_its_core_and_ppo_cluster_evaluate_plays_it
     checkpoint.save(tmp_path, 1, {"update": 1, "env_steps": 64, "config": cfg.to_dict(), "updater": {},
                                   "model": model.state_dict()}, keep=1)
     loaded = load_policy(tmp_path).model
-    assert loaded.recurrent and torch.equal(loaded.core.cell.weight_hh, model.core.cell.weight_hh)
+    assert loaded.recurrent and torch.equal(loaded.core.rnn.weight_hh_l0, model.core.rnn.weight_hh_l0)
     assert main([str(tmp_path), "--episodes", "2"]) == 0
     assert "over 2 episode(s)" in capsys.readouterr().out

@@ -33,7 +33,7 @@ def test_none_is_the_feed_forward_model_unchanged():
 def test_the_core_sits_between_encoder_and_heads(space, core, size, state):
     model = build_model(space, DISCRETE, ModelConfig(core=core, core_size=size))
     assert model.recurrent and model.state_size == state
-    assert any(k.startswith("core.cell.") for k in model.state_dict())
+    assert any(k.startswith("core.rnn.") for k in model.state_dict())
     obs = (torch.randint(0, 256, (5, *space.shape), dtype=torch.uint8) if space is IMAGE
            else torch.randn(5, *space.shape))
     h = model.initial_state(5)
@@ -83,7 +83,7 @@ def test_gradients_reach_the_core_through_the_sequence():
     obs, actions = torch.randn(6, 4), torch.zeros(6, dtype=torch.long)
     logprob, _, value = model.evaluate(obs, actions, state=model.initial_state(2), starts=torch.zeros(6, dtype=torch.bool))
     (logprob.sum() + value.sum()).backward()
-    assert model.core.cell.weight_hh.grad.abs().sum() > 0
+    assert model.core.rnn.weight_hh_l0.grad.abs().sum() > 0
 
 
 def test_reset_zeroes_only_the_rows_that_start():
@@ -96,3 +96,20 @@ def test_an_lstm_state_holds_h_and_c():
     core = RecurrentCore("lstm", 5, 6)
     out, state = core.step(torch.randn(2, 5), torch.zeros(2, 12))
     assert torch.equal(state[:, :6], out) and state.shape == (2, 12)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("density", [0.0, 0.3, 1.0])
+def test_unroll_in_pieces_is_the_step_by_step_loop(kind, density):
+    """unroll cuts sequences where episodes start and runs the pieces packed: the same outputs as stepping
+    each sequence with its resets (no reset, some, and a reset at every step: pieces of one step)."""
+    torch.manual_seed(2)
+    core = RecurrentCore(kind, 3, 5)
+    L, B = 9, 4
+    x, state = torch.randn(L, B, 3), torch.randn(B, core.state_size)
+    starts = torch.rand(L, B) < density
+    h, expected = state, []
+    for t in range(L):
+        out, h = core.step(x[t], reset(h, starts[t]))
+        expected.append(out)
+    torch.testing.assert_close(core.unroll(x, state, starts), torch.stack(expected), rtol=0, atol=1e-6)
