@@ -77,7 +77,7 @@ class Setup:
         for _ in range(T):
             obs = self.observations(N)
             r = self.act(obs, slots, starts)
-            buf.record_actions(cols, obs, r.actions, r.logprobs, r.values, None, starts, r.states)
+            buf.record_actions(cols, obs, r.actions, r.logprobs, r.values, starts, r.states)
             starts = self.rng.random(N) < 0.05
             buf.record_outcome(cols, self.rng.normal(size=N).astype(np.float32), starts, np.zeros(N, bool))
         for c in cols:

@@ -144,9 +144,8 @@ class Learner:
         # past every deadline of its own (collectives, actors, the update's join): only a call that never returns
         self.watchdog = Watchdog(run_dir / log_name(ranks.rank), max(r.watchdog_s, 2 * cfg.cluster.collective_timeout_s))
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
-        # normalized observations are not frames: kept whole)
-        self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack,
-                                state_size=model.state_size, bptt=p.bptt)
+        # normalized observations are not frames: kept whole); and a recurrent core's states (model.core)
+        self.layout = Layout.of(obs_space, action_space, 1 if cfg.normalize.obs else spaces.frame_stack, model, p.bptt)
         self.admission = admission_of(cfg, obs_space, model.state_size)
         self._open_sockets()
         generator = torch.Generator(device=device)

@@ -23,7 +23,7 @@ import torch
 from learner.gateway.registry import PAUSE_S, ActorEntry, ActorRegistry
 from learner.collection.counters import RolloutCounters, RolloutCounts
 from learner.collection.slot_owners import group_of, unfinished
-from learner.collection.observations import Observations, episode_starts, episodes_of
+from learner.collection.observations import Observations, episodes_of
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Incoming
@@ -61,8 +61,8 @@ class Waiting:
     episodes: list = field(default_factory=list)
     buffer: RolloutBuffer | None = None  # the rollout its actions go into
     fresh: bool = False  # its envs were just (re)started: a join, or a restart
-    restart: np.ndarray | None = None  # which stacks started over (learner-side frame stacking)
-    starts: np.ndarray | None = None  # recurrent core: which envs' episodes start with this obs (state zeroed)
+    restart: np.ndarray | None = None  # which envs start over (learner-side frame stacking: their stacks; a
+                                       # recurrent core: their state)
     arrived: float = field(init=False, default=0.0)  # when it began waiting (its report's poll; a rollout's
                                                      # start): see RolloutCounters
 
@@ -102,7 +102,7 @@ class Collector:
         device = s.device
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(device)
-        self.observations = Observations(s.frame_stack)
+        self.observations = Observations(s.frame_stack, policy if policy.recurrent else None)
         self.num_steps, self.device, self.layout = s.num_steps, device, layout
         self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
         self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
@@ -110,7 +110,6 @@ class Collector:
         self.buffer: RolloutBuffer | None = None
         self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
-        self.recurrent = policy.recurrent  # a state per env slot, kept by the policy
         self.rows_for = rows_for
         self.version = 0  # of the weights actions are computed with (given to each collect, or by go_on)
         self.go_on, self.flowing = None, False  # see collect; flowing: groups that finish go on into the next
@@ -247,11 +246,9 @@ class Collector:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
         self.counters.message()
-        starts = episode_starts(report) if self.recurrent else None
         if report.first:  # a new actor: it joins when the next rollout starts
             obs, restart = self.observations.observe(key, report)  # its episodes are counted when it is next inferred
-            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart,
-                                       starts=starts)
+            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart)
             return
         buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
         if buf is None:  # the gateway admitted an outcome no rollout waits for
@@ -260,38 +257,17 @@ class Collector:
         cols = buf.columns(slots)
         buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
         if len(report.final_index):
-            self.observations.keep_finals(key, buf, cols, report)
+            self.observations.keep_finals(key, buf, cols, report, slots)
         target = buf if buf.wants_action(cols[0]) else self._following(buf, slots)  # where this obs is acted on
         obs, restart = self.observations.observe(key, report)
         if target is not buf:  # T steps done: this obs bootstraps the rollout and starts the next one
-            for col, o in zip(cols, obs):
-                buf.bootstrap_obs[col] = np.array(o)
-        if self.recurrent:
-            self._keep_states(buf, slots, cols, report, starts, bootstrap=target is not buf)
-        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, restart=restart, starts=starts)
+            self.observations.keep_bootstrap(buf, cols, obs, restart, slots)
+        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, restart=restart)
         item.arrived = self.listened
         if target is None:
             self.parked[key] = item
         else:
             self.waiting[key] = item
-
-    def _keep_states(self, buf: RolloutBuffer, slots: list[int], cols: list[int], report: m.StepReport,
-                     starts: np.ndarray, bootstrap: bool) -> None:
-        """Recurrent core: the states the values of this report's final observations (truncations) and, at the
-        rollout's end, bootstrap observations are computed from: each slot's state after the step just
-        reported (zeroed for a bootstrap observation that starts a new episode). Once per truncation and per
-        rollout, not per message."""
-        finals = [i for i in report.final_index.tolist() if report.truncated[i] and not report.terminated[i]]
-        if not (finals or bootstrap):
-            return
-        states = self.policy.states_of(slots)
-        t = buf.completed[cols[0]] - 1
-        for i in finals:
-            buf.final_states[(t, cols[i])] = states[i]
-        if bootstrap:
-            states[starts] = 0
-            for i, col in enumerate(cols):
-                buf.bootstrap_states[col] = states[i]
 
     def _ask_go_on(self) -> None:
         """Policy lag: once go_on says newer weights serve, groups flow on (those parked already, at once)."""
@@ -327,11 +303,9 @@ class Collector:
         self.waiting = {}
         self._count_episodes(batch)
         since = time.monotonic()
-        if self.recurrent:  # each row's slot and episode start: its state is gathered, reset, stepped, scattered
-            result = self.policy.act([w.obs for w in batch], np.fromiter(chain.from_iterable(w.slots for w in batch),
-                                                                          np.int64), np.concatenate([w.starts for w in batch]))
-        else:
-            result = self.policy.act([w.obs for w in batch])
+        rows = (np.fromiter(chain.from_iterable(w.slots for w in batch), np.int64),  # a recurrent core's: each row's
+                np.concatenate([w.restart for w in batch])) if self.policy.recurrent else ()  # slot, and its reset
+        result = self.policy.act([w.obs for w in batch], *rows)
         start = 0
         for w in batch:
             end = start + len(w.slots)
@@ -339,9 +313,9 @@ class Collector:
                 start = end
                 continue
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
-            states = None if result.states is None else result.states[start:end]
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
-                                    result.logprobs[start:end], result.values[start:end], w.restart, w.starts, states)
+                                    result.logprobs[start:end], result.values[start:end], w.restart,
+                                    result.states[start:end] if rows else None)
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
         self.counters.served(batch, since)

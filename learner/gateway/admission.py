@@ -4,8 +4,9 @@ the machine's memory, so that nothing one local client claims can grow the learn
 The learner's memory per env slot is its rollout columns: (num_steps + 1) observations and a few scalars per
 step, held ROLLOUT_COPIES times (the rollout being filled, the previous one kept for reuse or trained on, and
 the update's batch); with a recurrent core (model.core) also its state: a start flag per step and the state at
-each sequence's start in each of those copies, and the slot's row of the inference's state table. A handshake whose claim would pass a limit is refused: over the per-actor limit for good
-(retrying would not help), over the total for now (the actor retries; slots free up as peers leave).
+each sequence's start in each of those copies, and the slot's row of the inference's state table. A handshake
+whose claim would pass a limit is refused: over the per-actor limit for good (retrying would not help), over
+the total for now (the actor retries; slots free up as peers leave).
 """
 from __future__ import annotations
 

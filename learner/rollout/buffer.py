@@ -82,12 +82,11 @@ class RolloutBuffer:
         5-10 us."""
         self._host[name][t, self._index(cols)] = src
 
-    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, starts=None,
-                       states=None) -> None:
-        """Store one inference result for columns that are all at the same step. With stacked observations
-        (layout.stack > 1) `restart` says which stacks started over (learner/rollout/frames.py); with a recurrent
-        core, `starts` which episodes start at this step and `states` the state each entered it with (kept at
-        each sequence's first step)."""
+    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, states=None) -> None:
+        """Store one inference result for columns that are all at the same step. `restart` says which envs start
+        over: with stacked observations (layout.stack > 1) their stacks (learner/rollout/frames.py), with a
+        recurrent core their episodes, whose state was zeroed; `states`: the state each entered this step with
+        (kept at each sequence's first step)."""
         t = self.acted[cols[0]]
         if self.layout.stack > 1:
             write_stacks(self._host["frames"], self._host["restarts"], t, self._index(cols), obs, restart)
@@ -96,7 +95,7 @@ class RolloutBuffer:
         for name, src in (("actions", actions), ("logprobs", logprobs), ("values", values)):
             self._put(name, t, cols, src)
         if self.layout.state_size:
-            self._put("starts", t, cols, starts)
+            self._put("starts", t, cols, restart)
             length = self.layout.sequence(self.T)
             if t % length == 0:
                 self._put("states", t // length, cols, states)

@@ -22,11 +22,12 @@ class Layout:
     bptt: int = 0  # with state_size: steps per sequence (0: the whole rollout)
 
     @classmethod
-    def of(cls, obs_space, action_space, stack: int = 1, state_size: int = 0, bptt: int = 0) -> "Layout":
-        """From the env's spaces (protocol.spaces.SpaceSpec): float64 observations are kept as float32."""
+    def of(cls, obs_space, action_space, stack: int = 1, model=None, bptt: int = 0) -> "Layout":
+        """From the env's spaces (protocol.spaces.SpaceSpec): float64 observations are kept as float32; `model`
+        (an ActorCritic): its recurrent state's size, with sequences of `bptt` steps (ppo.bptt)."""
         return cls(tuple(obs_space.shape), TORCH_DTYPES.get(obs_space.dtype, torch.float32),
                    tuple(action_space.shape), torch.long if action_space.kind == "discrete" else torch.float32, stack,
-                   state_size, bptt)
+                   model.state_size if model is not None else 0, bptt)
 
     def sequence(self, num_steps: int) -> int:
         """Steps per sequence of a rollout of num_steps (a recurrent core's)."""

@@ -1,4 +1,12 @@
-"""The PPO update: the loss (clipped surrogate or adaptive KL penalty) and the epoch/minibatch loop."""
+"""The PPO update: the loss (clipped surrogate or adaptive KL penalty) and the epoch/minibatch loop.
+
+With a recurrent core (the batch's data["sequences"], learner/advantages/batch.py) the minibatches are whole
+sequences (num_minibatches parts of a fresh permutation of them each epoch), each replayed from the state the
+acting policy entered its first step with and reset where its episodes start; the loss covers their steps that
+are samples. Exact replay: before the first step, every sample's log-prob and value are recomputed that way and
+the largest differences from the acting policy's are reported (replay_logprob_max_diff, replay_value_max_diff:
+~1e-6 or 0 in fp32; a wrong reset or state shows as far more).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -97,6 +105,44 @@ def _raw(value_norm: ValueNormalizer | None, value: torch.Tensor | None) -> torc
     return value if value is None or value_norm is None else value_norm.denormalize(value)
 
 
+def evaluate(model: nn.Module, batch: dict[str, torch.Tensor], idx: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The model's log-probs, entropies and values for minibatch `idx`, and the rows of the batch's samples they
+    are for: idx itself, or with a recurrent core (data["sequences"]) the samples among the steps of sequences
+    `idx`, each replayed from its first state with its resets."""
+    sequences = batch.get("sequences")
+    if sequences is None:
+        return (*model.evaluate(batch["obs"][idx], batch["actions"][idx]), idx)
+    part = sequences.part(idx)
+    logprob, entropy, value = model.evaluate(part.obs, part.actions, state=part.state, starts=part.starts)
+    return logprob[part.keep], entropy[part.keep], value[part.keep], part.rows
+
+
+def chunks(batch: dict[str, torch.Tensor], parts: int):
+    """The batch's samples (a recurrent core's: its sequences) in `parts` minibatch-sized chunks, in order."""
+    sequences = batch.get("sequences")
+    n = batch["obs"].shape[0] if sequences is None else sequences.count()
+    return torch.arange(n, device=batch["actions"].device).tensor_split(parts) if n else ()
+
+
+@torch.no_grad()
+def replay_differences(model: nn.Module, batch: dict[str, torch.Tensor], parts: int, autocast,
+                       value_norm: ValueNormalizer | None) -> dict[str, torch.Tensor]:
+    """Exact replay (a recurrent core), before the update's first step: every sample's log-prob and value
+    recomputed by replaying its sequence from the stored state with the stored resets (`parts` chunks, each
+    under `autocast()`); the largest absolute differences from the acting policy's (values in return units, as
+    stored: de-normalized with the statistics the acting critic used, not yet updated with this batch)."""
+    worst = torch.zeros(2, dtype=torch.float64, device=batch["logprobs"].device)
+    for idx in chunks(batch, parts):
+        with autocast():
+            logprob, _, value, rows = evaluate(model, batch, idx)
+        if rows.numel():
+            diffs = torch.stack([(logprob.float() - batch["logprobs"][rows]).abs().max(),
+                                 (_raw(value_norm, value.float()) - batch["values"][rows]).abs().max()])
+            worst = torch.maximum(worst, diffs.double())
+    return {"replay_logprob_max_diff": worst[0], "replay_value_max_diff": worst[1]}
+
+
 def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
     """PPO paper, section 4: halve beta below d_targ/1.5, double it above 1.5 d_targ, else keep it."""
     if measured_kl < kl_target / 1.5:
@@ -151,13 +197,6 @@ class PPOUpdater:
 
     batch_checksum: also report the float64 sum of the observations the update read, taken after its
     last epoch (a debug hook: tests check that the update trained on the rollout that was collected).
-
-    Recurrent core (the batch's data["sequences"], learner/advantages/batch.py): the minibatches are whole
-    sequences (num_minibatches parts of a fresh permutation of them each epoch), each replayed from the state
-    the acting policy entered its first step with and reset where its episodes start; the loss covers their
-    steps that are samples. Exact replay: before the first step, every sample's log-prob and value are
-    recomputed that way and the largest differences from the acting policy's are reported
-    (replay_logprob_max_diff, replay_value_max_diff: ~1e-6 in fp32; a wrong reset or state shows as far more).
     """
 
     def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None,
@@ -255,12 +294,12 @@ class PPOUpdater:
         n = obs.shape[0]
         if n == 0 and not self.ranks.distributed:
             raise ValueError("PPOUpdater.update: empty batch")
-        sequences = batch.get("sequences")  # a recurrent core's: minibatches of whole sequences
-        units = n if sequences is None else sequences.count()
-        counts = self.ranks.gather_ints(units)  # every rank's samples (sequences): the weights of its gradients
-        lr = self.learning_rate(progress)
+        sequences = batch.get("sequences")  # a recurrent core's: the minibatches split its sequences
+        counts = self.ranks.gather_ints(n if sequences is None else sequences.count())  # every rank's: the weights
+        lr = self.learning_rate(progress)  # of its minibatch gradients
         self._set_lr(lr)
-        replay = self._replay(batch) if sequences is not None else {}  # before anything moves
+        replay = {} if sequences is None else replay_differences(  # before anything moves
+            self.model, batch, cfg.num_minibatches, self._autocast, self.value_norm)
         if self.policy_lag and n:
             batch = self._start_outputs(batch)
             raw = batch if "gae" in raw else raw  # GAE ran again: the values and returns it gave
@@ -339,47 +378,15 @@ class PPOUpdater:
         return {"first_minibatch_ratio_max_dev": self.ranks.max_tensor(first.get("ratio_max_dev", zero).double()),
                 "first_minibatch_clip_fraction": self.ranks.sum_tensor(first.get("clip_fraction", zero).double())}
 
-    def _evaluate(self, batch: dict[str, torch.Tensor], idx: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The model's log-probs, entropies and values for minibatch `idx`, and the rows of the batch's samples
-        they are for: idx itself, or (a recurrent core) the samples among the steps of sequences `idx`."""
-        sequences = batch.get("sequences")
-        if sequences is None:
-            return (*self.model.evaluate(batch["obs"][idx], batch["actions"][idx]), idx)
-        part = sequences.part(idx)
-        logprob, entropy, value = self.model.evaluate(part.obs, part.actions, state=part.state, starts=part.starts)
-        return logprob[part.keep], entropy[part.keep], value[part.keep], part.rows
-
-    def _chunks(self, batch: dict[str, torch.Tensor]):
-        """The batch's samples (a recurrent core's: sequences) in minibatch-sized chunks, in order."""
-        sequences = batch.get("sequences")
-        n = batch["obs"].shape[0] if sequences is None else sequences.count()
-        return torch.arange(n, device=batch["actions"].device).tensor_split(self.cfg.num_minibatches) if n else ()
-
-    @torch.no_grad()
-    def _replay(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Exact replay (a recurrent core): every sample's log-prob and value recomputed, before any step, by
-        replaying its sequence from the stored state with the stored resets; the largest absolute differences
-        from the acting policy's (values in return units, as stored)."""
-        worst = torch.zeros(2, dtype=torch.float64, device=self.device)
-        for idx in self._chunks(batch):
-            with self._autocast():
-                logprob, _, value, rows = self._evaluate(batch, idx)
-            if rows.numel():
-                diffs = torch.stack([(logprob.float() - batch["logprobs"][rows]).abs().max(),
-                                     (_raw(self.value_norm, value.float()) - batch["values"][rows]).abs().max()])
-                worst = torch.maximum(worst, diffs.double())
-        return {"replay_logprob_max_diff": worst[0], "replay_value_max_diff": worst[1]}
-
     @torch.no_grad()
     def _update_kl(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """KL(pi_old || pi_new) over the update's samples, after all its steps: the mean of k3 = (r - 1) -
         log r over every rank's samples, evaluated in minibatch-sized chunks (bounded memory)."""
         n = batch["obs"].shape[0]
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for idx in self._chunks(batch):
+        for idx in chunks(batch, self.cfg.num_minibatches):
             with self._autocast():
-                new_logprob, _, _, rows = self._evaluate(batch, idx)
+                new_logprob, _, _, rows = evaluate(self.model, batch, idx)
             logratio = (new_logprob - batch["logprobs"][rows]).double()
             total += ((logratio.exp() - 1) - logratio).sum()
         kl_sum, count = self.ranks.sum_tensor(torch.stack([total, total.new_tensor(float(n))]))
@@ -393,7 +400,7 @@ class PPOUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         if idx.numel():
             with self._autocast():
-                new_logprob, entropy, new_values, idx = self._evaluate(batch, idx)
+                new_logprob, entropy, new_values, idx = evaluate(self.model, batch, idx)
         if idx.numel():  # (sequences whose steps are none of them samples give none)
             old_logprob = batch["logprobs"][idx]
             start = batch["start_logprobs"][idx] if "start_logprobs" in batch else None

@@ -39,7 +39,7 @@ def acted_rollout(core="lstm", bptt=0, dead=None, seed=0):
             result = policy.act([obs], np.array([SLOTS[c] for c in live]), starts[live])
             for i, c in enumerate(live):
                 buf.record_actions([c], obs[i:i + 1], result.actions[i:i + 1], result.logprobs[i:i + 1],
-                                   result.values[i:i + 1], None, starts[c:c + 1], result.states[i:i + 1])
+                                   result.values[i:i + 1], starts[c:c + 1], result.states[i:i + 1])
             ended = rng.random(N) < 0.2
             for c in live:
                 buf.record_outcome([c], rng.normal(size=1).astype(np.float32), ended[c:c + 1], np.zeros(1, bool))
