@@ -159,9 +159,9 @@ class CollectorPool(Collection):
     def know_ranks(self, rank_addresses: list[str]) -> None:
         self._send(0, Know(self.addresses, rank_addresses))
 
-    def collect(self, min_envs: int, should_stop, version: int, go_on=None) -> RolloutBuffer | None:
-        """`go_on` is not asked: the collector processes load new weights only between rollouts, so their
-        groups wait for the rollout's end (the lagging update is joined after it)."""
+    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
+        """The collector processes load new weights only between rollouts, so their groups wait for the
+        rollout's end (the lagging update is joined after it)."""
         if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
             return None
         for k in range(len(self.conns)):
