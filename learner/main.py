@@ -123,7 +123,9 @@ class Learner:
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum,
+        # with policy lag the update's collectives run in its thread, on a process group of their own
+        update_ranks = ranks.own_group() if has_policy_lag(cfg) else ranks
+        self.updater = PPOUpdater(model, p, device, update_ranks, self.value_norm, batch_checksum=r.batch_checksum,
                                   policy_lag=has_policy_lag(cfg))
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled

@@ -79,12 +79,13 @@ def has_policy_lag(cfg: Config) -> bool:
 
 def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_process: bool) -> CollectorSettings:
     """In a collector process the pool's wait for the first rollout has the deadline, and its rows are the
-    training process's (policy lag alternates those); deterministic runs have a single, in-process collector."""
+    training process's (policy lag alternates two sets of each collector's); deterministic runs have a single,
+    in-process collector."""
     r, c = cfg.run, cfg.cluster
     return CollectorSettings(
         cfg.ppo.num_steps, device, c.actor_timeout_s, lockstep=r.deterministic, frame_stack=frame_stack,
         startup_timeout_s=c.startup_timeout_s if in_process else 0.0,
-        policy_lag=has_policy_lag(cfg) and in_process,
+        policy_lag=has_policy_lag(cfg),
         collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
 
