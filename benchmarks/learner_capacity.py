@@ -53,6 +53,7 @@ from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  
 from synthetic import RECORDED_REPORTS, join, sleeping_actors, spread_step_ms  # noqa: E402
 from protocol.processes import parent_alive  # noqa: E402
 
+DELAY_DIR = Path(__file__).resolve().parent / "inference_delay"  # its sitecustomize.py (--inference-delay-ms)
 _RUN_IDS = itertools.count()
 
 
@@ -141,6 +142,8 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     if codec != "none":  # likewise for a checkout from before cluster.codec
         cmd += ["--set", f'cluster.codec="{codec}"']
     env = {**os.environ, "PYTHONPATH": str(checkout)}
+    if args.inference_delay_ms > 0:  # the benchmark's, in every process of the learner (both checkouts alike)
+        env.update(PYTHONPATH=f"{checkout}{os.pathsep}{DELAY_DIR}", PPO_BENCH_INFERENCE_DELAY_MS=str(args.inference_delay_ms))
     log = open(run_dir.with_suffix(".log"), "w")
     proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     workers = []
@@ -261,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "tcp on 127.0.0.1 (default: %(default)s)")
     p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
     p.add_argument("--row-timeout", type=float, default=300.0, help="a row without its rollouts by then fails")
+    p.add_argument("--inference-delay-ms", type=float, default=0.0, help="a wait after each inference batch in the "
+                   "learner and its collector processes, as a GPU's latency (the H200's: about 2; "
+                   "benchmarks/inference_delay/sitecustomize.py; default: none)")
     p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
     add_out(p)
     return p

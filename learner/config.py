@@ -68,7 +68,7 @@ class RunConfig(BaseModel):
     random_policy: bool = False
     """answer actors with uniform random actions instead of running the network"""
     policy_lag: Annotated[int, Field(ge=0, le=1)] = 0
-    """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (cluster.collectors = 1; with collector processes they wait for the rollout's end); 0: synchronous"""
+    """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (in the training process, in every collector process, on every learner rank); 0: synchronous"""
     watchdog_s: Annotated[float, Field(ge=1.0, le=7 * DAY_S)] = 900.0
     """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
     learner_silent_s: Annotated[float, Field(ge=2.0, le=7 * DAY_S)] = 30.0
@@ -105,7 +105,7 @@ class ClusterConfig(BaseModel):
     learners: Annotated[int, Field(ge=1, le=64)] = 1
     """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
     collectors: Annotated[int, Field(ge=0, le=64)] = 0
-    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs, with normalize.obs and with run.policy_lag)"""
+    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs and with normalize.obs)"""
     collective_timeout_s: Annotated[float, Field(gt=0.0, le=DAY_S)] = 300.0
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: Annotated[int, Field(ge=1, le=4096)] = 64
@@ -387,7 +387,6 @@ def with_topology(cfg: "Config", cores: int | None = None) -> "Config":
 
 def check_multi_rank(cfg: Config, why: str) -> None:
     """What a G-rank learner does not support yet: say so before anything starts."""
-    _require(cfg.run.policy_lag == 0, f"run.policy_lag = 1 is not supported with {why}: set run.policy_lag = 0")
     _require(not (cfg.normalize.obs or cfg.normalize.reward),
              f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
 

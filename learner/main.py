@@ -29,6 +29,7 @@ from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, 
                                 open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
+from learner.rollout.scheduler import PolicyVersions, RolloutScheduler
 from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
@@ -122,7 +123,9 @@ class Learner:
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum,
+        # with policy lag the update's collectives run in its thread, on a process group of their own
+        update_ranks = ranks.own_group() if has_policy_lag(cfg) else ranks
+        self.updater = PPOUpdater(model, p, device, update_ranks, self.value_norm, batch_checksum=r.batch_checksum,
                                   policy_lag=has_policy_lag(cfg))
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
@@ -147,9 +150,15 @@ class Learner:
         # normalized observations are not frames: kept whole)
         self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack)
         self.admission = admission_of(cfg, obs_space)
-        self._open_sockets()
         generator = torch.Generator(device=device)
         generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))
+        runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
+                              heap=UpdateHeap.for_update_on(device))
+        # which weights serve the actors, and when newer ones may (asked by the collection while a rollout fills)
+        self.versions = PolicyVersions(runner, self.policy, (model, self.value_norm), int(self.has_policy_lag),
+                                       self.state["version"])
+        self._open_sockets()
+        self.scheduler = RolloutScheduler(self.collection, self.versions)
         self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
         self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
                                   r.policy_lag if self.has_policy_lag else 0) if ranks.main else None)  # rank 0 writes them
@@ -158,9 +167,7 @@ class Learner:
         self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
-                                   heap=UpdateHeap.for_update_on(device))
-        self.width, self.idle_said, self.finished, self.served_early = 0, time.monotonic(), False, False
+        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
@@ -212,11 +219,10 @@ class Learner:
                                      self.admission)
         return open_collection(run, self.spaces, self.layout, gateway_setup, policy=self.policy,
                                watchdog=self.watchdog, link=self.link, rank_targets=self._rank_targets(),
-                               served=[self.model, self.value_norm])
+                               served=[self.model, self.value_norm], versions=self.versions)
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
-        lagging = None  # policy lag: the update that runs while the next rollout is collected
         horizon = p.lr_anneal_steps or r.total_steps  # where the linear rate reaches 0
         view = (functools.partial(self.policy.prepare, update_stats=False)  # ppo.lag_fresh_advantages: batches
                 if self.has_policy_lag and p.lag_fresh_advantages else None)  # keep GAE's inputs (GaeInputs)
@@ -224,8 +230,7 @@ class Learner:
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
             self.serial.close()
-            rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"],
-                                              go_on=None if lagging is None else self._serve_lagging)
+            rollout = self.scheduler.collect(self._envs_needed(), self.stop)
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
@@ -233,9 +238,7 @@ class Learner:
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler, view)
             self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
             n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
-            if lagging is not None:  # done before the next rollout may reuse the buffer it reads
-                self._finish(lagging)
-                lagging = None
+            self._finish_updates(running=0)  # policy lag: the update that ran while this rollout was collected
             if n_valid == 0:
                 self._note_idle()
                 continue
@@ -243,15 +246,11 @@ class Learner:
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / horizon,
                       batch, n_valid, t0, t1, self.collection.breakdown())
             state["update"], state["env_steps"] = job.update, job.env_steps
-            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread
-            self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
+            self.watchdog.pet(self.scheduler.deadline() + 60)  # the update, run here or (policy lag) in a thread
+            self.scheduler.start(None if r.collect_only else (batch.data if batch else self.empty), job)
             self.serial.mark("update")  # the update itself; with policy lag only its thread's start
-            if self.has_policy_lag:
-                lagging = job
-            else:
-                self._finish(job)
-        if lagging is not None:
-            self._finish(lagging)
+            self._finish_updates(running=self.scheduler.max_lag)  # synchronous: this one, done already
+        self._finish_updates(running=0)
         # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
         if state["update"] > 0 and (self.checkpoints.last_saved != state["update"]
                                     or not checkpoint.latest(self.run_dir)):
@@ -281,36 +280,24 @@ class Learner:
             log.info("rollout width now %d env slots (was %d)", width, self.width)
         self.width = width
 
-    def _serve_lagging(self) -> int | None:
-        """Policy lag, asked by the collection between messages: once the lagging update's thread is done, its
-        weights serve the rest of the rollout (whose stored log-probabilities keep the ratio exact) and the
-        groups that finish it go on into the next rollout, which is then one version behind, no more. Returns
-        the version now served (served_early: _finish then has nothing to load); None while the update runs.
-        Its metrics line and checkpoint wait for the rollout's end (_finish), where the ranks meet."""
-        if self.runner.running():
-            return None
-        self.runner.result()  # the update's error, if any, is raised here
-        self.policy.follow(self.model, self.value_norm)
-        self.served_early = True
-        return self.state["version"] + 1
+    def _finish_updates(self, running: int) -> None:
+        """Join updates until `running` are left (learner/rollout/scheduler.py), and finish each."""
+        self.watchdog.pet(self.scheduler.deadline() + 60)  # the join says why first, past the deadline
+        for job, stats in self.scheduler.finished(running):
+            self._finish(job, stats)
 
-    def _finish(self, job: Job) -> None:
+    def _finish(self, job: Job, stats: dict) -> None:
         """After an update: publish the new weights, write its metrics line, maybe a checkpoint.
 
         Timing is wall clock: elapsed_s is the time since this process started training (plus a resumed
         run's), sps the job's new env steps over the time since the last update finished (with policy lag
         the next rollout was collected meanwhile), collect_s the rollout's collection, update_s the update's
         own run (in a thread with policy lag)."""
-        self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
-        stats = {**self.runner.result(), "update_s": self.runner.took_s}
         self.serial.mark("join")  # waiting for the update (policy lag: its thread)
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
-        if self.has_policy_lag and not self.served_early:
-            self.policy.follow(self.model, self.value_norm)
-        self.served_early = False
-        self.state["version"] += 1
+        self.state["version"] = self.scheduler.version
         self.publisher.publish(self.weights, self.state["version"])
         self.serial.mark("publish")
         for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):

@@ -37,14 +37,16 @@ __all__ = ["open_collection", "Collection", "Spaces", "RunOnRank", "GatewaySetup
 
 def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, *,
                     policy: Inference, watchdog: Watchdog | None, link: DeviceLink, rank_targets: tuple | None,
-                    served: list) -> Collection:
+                    served: list, versions=None) -> Collection:
     """This rank's collection, listening at gateway_setup.address. One collector (the default on a CPU device,
     and always with run.deterministic or normalize.obs): on this process's thread, computing actions with
     `policy`. K > 1: K collector processes, each serving its own copy of the `served` modules (published
-    after each update). `rank_targets`: rank 0's of several ranks, where it sends joiners."""
+    after each update). `rank_targets`: rank 0's of several ranks, where it sends joiners; `versions` (the
+    scheduler's PolicyVersions, learner/rollout/scheduler.py): with policy lag, when newer weights serve."""
     cfg = run.cfg
     k = default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
-                           cfg.run.deterministic, cfg.normalize.obs, has_policy_lag(cfg))
+                           cfg.run.deterministic, cfg.normalize.obs)
     if k == 1:
-        return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets)
-    return start_collector_processes(k, run, spaces, layout, gateway_setup, link, watchdog, rank_targets, served)
+        return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets, versions)
+    return start_collector_processes(k, run, spaces, layout, gateway_setup, link, watchdog, rank_targets, served,
+                                     versions)

@@ -6,8 +6,9 @@ them in slot order, so the result does not depend on process scheduling.
 
 With `collect_only` (collect-only runs, where the weights never change between rollouts) a group that
 has done its T steps goes straight on into the next rollout instead of idling until the slowest group
-catches up. With policy lag the training loop gives `collect` a `go_on`: once it says that the lagging
-update's weights are served (which keeps the lag at one version), groups flow on the same way.
+catches up. With policy lag the collector asks its `newer` (learner/rollout/scheduler.py: PolicyVersions in
+the training process, the shared weights in a collector process) between messages: once the lagging
+update's weights serve (which keeps the lag at one version), groups flow on the same way.
 """
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
 
 log = logging.getLogger("learner")
+
+
+class NewerWeights(Protocol):
+    """Where a collector hears that newer weights serve (policy lag): `newer(serving)` gives their version once
+    the update running while this rollout fills is done (and makes the policy serve them), else None."""
+
+    def newer(self, serving: int) -> int | None: ...
 
 
 class CollectorGateway(Protocol):
@@ -91,11 +99,12 @@ class CollectorSettings:
 class Collector:
     def __init__(self, gateway: CollectorGateway, registry: ActorRegistry, policy: Inference, layout: Layout,
                  settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
-                 rows_for=None):
+                 rows_for=None, newer: NewerWeights | None = None):
         """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's
         loops are the learner's); `link` makes (and counts) the copies between the host rollouts and the
         device; `rows_for(width)`, in a collector process, gives the memory a rollout of `width` columns is
-        written into (its columns of the shared rollout)."""
+        written into (its columns of the shared rollout); `newer`: with policy lag, where newer weights are
+        heard of (see the module doc; deterministic runs never ask: the switch would hang on thread timing)."""
         s = settings
         device = s.device
         self.gateway, self.registry, self.policy = gateway, registry, policy
@@ -109,9 +118,10 @@ class Collector:
         self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
         self.rows_for = rows_for
-        self.version = 0  # of the weights actions are computed with (given to each collect, or by go_on)
-        self.go_on, self.flowing = None, False  # see collect; flowing: groups that finish go on into the next
-        self.lagged: int | None = None  # policy lag: this rollout's steps acted before go_on answered
+        self.version = 0  # of the weights actions are computed with (given to each collect, or by newer)
+        self.newer = newer if s.policy_lag and not s.lockstep else None
+        self.flowing = False  # groups that finish go on into the next rollout
+        self.lagged: int | None = None  # policy lag: this rollout's steps acted before newer weights served
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
@@ -133,19 +143,16 @@ class Collector:
         self._pump(timeout_ms)
         return self.parked_slots() + (self.next.N if self.next is not None else 0)
 
-    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True,
-                go_on=None) -> RolloutBuffer | None:
+    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
         stop first. The learner asks for its min_envs before the first rollout and for 1 after, so a run
         goes on after actors are lost for good (with no live env at all it waits, saying so). 0: start at
         once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner).
         `version`: the weights the actions are computed with, sent with them. `admit_first=False`: the caller
         has just been pumping (a collector process between rollouts), so a 0 starts without another pump.
-        `go_on()` (policy lag), asked once a pass until it answers: the version of the weights it has made
-        the policy serve, once the update reading the buffer the next rollout reuses is done; from then on
-        groups that finish this rollout go on into the next."""
-        self.version, self.flowing, self.lagged = version, self.collect_only, None
-        self.go_on = None if self.lockstep else go_on  # deterministic runs: the switch would hang on thread timing
+        With policy lag `newer` is asked once a pass until it answers (the update reading the buffer the next
+        rollout reuses is then done); from then on groups that finish this rollout go on into the next."""
+        self.version, self.flowing, self.lagged = max(version, self.version), self.collect_only, None
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.counters.begin()
@@ -162,13 +169,13 @@ class Collector:
             if should_stop():
                 return None
             self._pump(100)
-            if not self.flowing and self.go_on is not None:
-                self._ask_go_on()
+            if not self.flowing and self.newer is not None:
+                self._ask_newer()
             if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
                 self._check_stall()
         self.counts = self.counters.finish(self.buffer.N, [w for w in self.parked.values() if not w.fresh])
         self.counts.acted_steps = acted = sum(self.buffer.acted)
-        if self.policy_lag:  # one version behind: before go_on answered (all if it never did, but in a first rollout)
+        if self.policy_lag:  # one version behind: before newer answered (all if it never did, but in a first rollout)
             self.counts.lagged_steps = self.lagged if self.lagged is not None else 0 if self.rollouts == 1 else acted
         return self.buffer
 
@@ -268,9 +275,9 @@ class Collector:
         else:
             self.waiting[key] = item
 
-    def _ask_go_on(self) -> None:
-        """Policy lag: once go_on says newer weights serve, groups flow on (those parked already, at once)."""
-        if (version := self.go_on()) is None:
+    def _ask_newer(self) -> None:
+        """Policy lag: once newer weights serve, groups flow on (those parked already, at once)."""
+        if (version := self.newer.newer(self.version)) is None:
             return
         self.version, self.flowing, self.lagged = version, True, sum(self.buffer.acted)
         if self.parked:

@@ -45,7 +45,6 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["cluster.collectors=65"], ["cluster.collectors", "[0, 64]", "65"]),
     (["cluster.collectors=2", "run.deterministic=true"], ["cluster.collectors = 2", "deterministic"]),
     (["cluster.collectors=2", "normalize.obs=true"], ["cluster.collectors = 2", "normalize.obs"]),
-    (["cluster.learners=2", "run.policy_lag=1"], ["run.policy_lag = 1", "cluster.learners = 2"]),
     (["cluster.learners=2", "normalize.reward=true"], ["normalize.reward", "cluster.learners = 2"]),
     # [cluster] addresses (issue 32: a weights port of 99999 was silently changed)
     (["cluster.address='udp://x'"], ["cluster.address", "tcp://", "udp://x"]),

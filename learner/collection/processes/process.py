@@ -75,6 +75,26 @@ class CollectorSpec:
         return not self.run.cfg.run.collect_only
 
 
+class ServedCopy:
+    """This collector's copy of the served modules, loaded from the shared weights before a rollout of another
+    version (`load`) and, with policy lag, as soon as newer ones are published mid-rollout (`newer`: the
+    collector's NewerWeights; the pool publishes once the update running meanwhile is done)."""
+
+    def __init__(self, weights, modules: list):
+        self.weights, self.modules = weights, modules
+        self.version = weights.load_into(modules)
+
+    def load(self, version: int) -> None:
+        if version != self.version:
+            self.version = self.weights.load_into(self.modules)
+
+    def newer(self, serving: int) -> int | None:
+        if self.weights.current() <= max(serving, self.version):  # (mid-publish it reads -1: not yet)
+            return None
+        self.version = self.weights.load_into(self.modules)
+        return self.version
+
+
 class BeatingWatchdog(Watchdog):
     """A collector process's watchdog whose every pet also writes the process's heartbeat on the board, so the
     training process tells a collector that is stopped (SIGSTOP) or hung from one whose rollout is slow."""
@@ -164,7 +184,7 @@ class CollectorProcess:
         run, role, cfg, device = spec.run, spec.role, spec.run.cfg, torch.device(spec.run.device)
         self.model = build_model(spec.spaces.obs_space, spec.spaces.action_space, cfg.model).to(device)
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.version = weights.load_into([self.model, self.value_norm])
+        self.served = ServedCopy(weights, [self.model, self.value_norm])
         self.ctx = zmq.Context()
         self.curve = self._curve()
         self.rows: dict[int, dict] = {}  # the training process's shared rollout arrays, by id (the last two)
@@ -179,7 +199,7 @@ class CollectorProcess:
                                      redirect_for=self._redirect_for,
                                      wake=conn.fileno())  # a command ends the idle pump's wait at once
         parts = assemble(run, spec.spaces, spec.layout, gateway_setup, policy, self.watchdog, policy.link,
-                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None)
+                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None, newer=self.served)
         self.registry, self.gateway, self.collector = parts.registry, parts.gateway, parts.collector
         self.posted = None  # the registry's (actors joined so far, connected) when the board last heard
 
@@ -258,14 +278,12 @@ class CollectorProcess:
             self.rank_balancer.know(command.ranks)
 
     def _collect(self, command: Collect) -> bool:
-        version = command.version
         if self.rank_balancer is not None and command.rank_slots is not None:
             self.rank_balancer.after_update(command.rank_slots)
-        if version != self.version:
-            self.version = self.weights.load_into([self.model, self.value_norm])
+        self.served.load(command.version)
         self.board[self.spec.index, READY] = 0
         try:
-            rollout = self.collector.collect(0, self.should_stop, version, admit_first=False)
+            rollout = self.collector.collect(0, self.should_stop, self.served.version, admit_first=False)
         except StopCollecting:
             return False
         if rollout is None:

@@ -139,6 +139,16 @@ def values_of(stack: np.ndarray) -> list[int]:
     return stack[:, 0, 0].tolist()
 
 
+class Answers:
+    """Stands in for the scheduler's PolicyVersions: `answer()` is what `newer` says (None: the update runs)."""
+
+    def __init__(self):
+        self.answer = lambda: None
+
+    def newer(self, serving: int) -> int | None:
+        return self.answer()
+
+
 class FrameSide:
     """A collector with random actions and a FrameActor on a loopback socket; closed by `close`."""
 
@@ -151,15 +161,19 @@ class FrameSide:
         policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
         settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
                                      policy_lag=policy_lag, collect_only=collect_only, lockstep=lockstep)
+        self.versions = Answers()
         self.collector = Collector(self.gateway, registry, policy,
-                                   Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long, stack=STACK), settings)
+                                   Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long, stack=STACK), settings,
+                                   newer=self.versions)
         self.deadline = time.monotonic() + 30
         self.actor = FrameActor(self.ctx, self.gateway.endpoint, self.deadline, odd_first=odd_first, hold=hold)
         self.actor.start()
 
-    def collect(self, version: int = 0, go_on=None):
+    def collect(self, version: int = 0, newer=lambda: None):
+        """`newer()`: what the collector hears while this rollout fills (None: no newer weights serve)."""
+        self.versions.answer = newer
         buf = self.collector.collect(K * GROUPS, lambda: time.monotonic() > self.deadline or self.actor.error is not None,
-                                     version, go_on=go_on)
+                                     version)
         assert self.actor.error is None and buf is not None and buf.is_complete()
         return buf
 
@@ -198,7 +212,7 @@ def test_stacks_rebuilt_from_the_rollout_are_exact(mode):
                      odd_first=mode == "odd_first")
     try:
         for r in range(ROLLOUTS):
-            buf = side.collect(r, go_on=(lambda r=r: r + 1) if mode == "lag_flowing" and r > 0 else None)
+            buf = side.collect(r, newer=(lambda r=r: r + 1) if mode == "lag_flowing" and r > 0 else lambda: None)
             check_stacks(buf, r)
         if mode == "lag_flowing":
             assert side.collector.next is not None  # groups went on: the check above saw flowing rollouts
@@ -207,12 +221,12 @@ def test_stacks_rebuilt_from_the_rollout_are_exact(mode):
 
 
 @pytest.mark.parametrize("when", ["never", "at_once", "once_parked"])
-def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(when):
+def test_with_policy_lag_groups_flow_on_only_once_newer_weights_serve(when):
     """Rollout 2 is collected while update 1 runs (policy lag). `never`: it runs to the end, and whoever
     finished waits for the next rollout, all actions computed with version 1. `at_once`: the first group to
     finish goes on into rollout 3; `once_parked`: the update ends only after group 0 has finished and parked,
     and group 1's last report of rollout 2 is held back until group 0 gets actions of version 2: it must be
-    freed between messages. Either way, every action after go_on's answer is sent with version 2 and
+    freed between messages. Either way, every action after newer's answer is sent with version 2 and
     rollout 3 is exact."""
     side = FrameSide(policy_lag=True, hold=(1, 2 * T, 2) if when == "once_parked" else None)
     answers = {"never": lambda: None, "at_once": lambda: 2,
@@ -221,7 +235,7 @@ def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(whe
         check_stacks(side.collect(0), 0)
         assert side.collector.counts.lagged_steps == 0  # the first rollout: no update to lag behind
         sent = len(side.actor.versions)
-        check_stacks(side.collect(1, go_on=answers[when]), 1)
+        check_stacks(side.collect(1, newer=answers[when]), 1)
         versions = side.actor.versions[sent:]
         counts = side.collector.counts  # the steps acted with version 1 are those one version behind
         assert counts.acted_steps == K * GROUPS * T and counts.lagged_steps == K * versions.count(1)
@@ -235,14 +249,14 @@ def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(whe
         side.close()
 
 
-def test_a_deterministic_run_never_flows_on_whatever_go_on_says():
+def test_a_deterministic_run_never_flows_on_whatever_newer_says():
     """In lockstep (deterministic) runs the weights switch only at the rollout's end: a switch mid-rollout would
     depend on when the update's thread ends, and the run would not repeat itself."""
     side = FrameSide(policy_lag=True, lockstep=True)
     try:
         check_stacks(side.collect(0), 0)
         sent = len(side.actor.versions)
-        check_stacks(side.collect(1, go_on=lambda: 2), 1)
+        check_stacks(side.collect(1, newer=lambda: 2), 1)
         assert side.collector.next is None and set(side.actor.versions[sent:]) == {1}
     finally:
         side.close()
