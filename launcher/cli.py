@@ -8,7 +8,8 @@ The topology: --actors and --envs-per-actor (cluster.actors, cluster.envs_per_ac
 unset, cluster.envs (8, CleanRL's recipe) env slots are spread over one actor process per core (2 cores:
 2 actors x 4 envs). The log's first line says what was picked.
 
-Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0 (Ctrl-C again forces).
+Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the learner writes a final checkpoint, every child stops, exit 0
+(Ctrl-C again forces).
 """
 from __future__ import annotations
 

@@ -18,13 +18,19 @@ EXIT_REFUSED = 2  # it refused to start (its log line says why): it would refuse
 PARENT_GRACE_S = 5.0  # after the launcher died: a clean stop within this, else a hard exit
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class Stop:
-    """Set by SIGTERM/SIGINT; checked between messages, so shutdown waits for no rollout."""
+    """Set by SIGTERM, SIGINT or SIGHUP (its terminal closed); checked between messages, so shutdown waits for
+    no rollout. launch.py starts its learners with SIGHUP blocked: one that came before these handlers were in
+    place is taken now."""
 
     def __init__(self):
         self.requested = False
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._set)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
     def _set(self, *_):
         self.requested = True

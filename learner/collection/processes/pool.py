@@ -11,6 +11,7 @@ naming it; none outlives the training process (they watch it, and are daemons of
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from multiprocessing.connection import wait
 
@@ -116,7 +117,11 @@ class CollectorPool(Collection):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=collector_main, name=f"collector-{spec.index}", daemon=True,
                                args=(spec, theirs, weights, self.board, self.halt))
-            proc.start()
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until collector_main ignores it
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             theirs.close()
             self.procs.append(proc)
             self.conns.append(mine)

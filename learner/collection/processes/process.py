@@ -132,7 +132,8 @@ def redirect_chain(*choices):
 
 def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt: torch.Tensor) -> None:
     """The process's entry point (spawned by the pool)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the training process, which stops us in order
+    for sig in (signal.SIGINT, signal.SIGHUP):  # Ctrl-C, a closed terminal: the training process stops us in order
+        signal.signal(sig, signal.SIG_IGN)
     torch.set_num_threads(1)
     setup_logging(Path(spec.run.run_dir), spec.run.rank, tag=f"collector {spec.index}")
     try:
