@@ -11,16 +11,19 @@ from pathlib import Path
 
 from actor import leave_on_sigterm, name_process
 from learner.config import from_dict
+from learner.lifecycle.process import Heartbeat
 
 
 def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, parent_pid: int, heartbeat=None) -> None:
+    """heartbeat: the launcher's shared double, beaten from here on, before the heavy imports (Heartbeat)."""
+    if heartbeat is not None:
+        Heartbeat(heartbeat)
     os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
     rank = os.environ.get("RANK", "0")
     name_process("learner" if rank == "0" else f"learner-rank-{rank}")
     from learner.main import run  # here, in the child: the launcher itself never imports torch
     from learner.report.metrics import exit_process
-    exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid,  # it stops when we die
-                     heartbeat=heartbeat))
+    exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
 def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,

@@ -19,17 +19,17 @@ import torch
 import zmq
 
 from learner.config import Config
-from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
+from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
 from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
-from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, has_policy_lag,
+from learner.collection import (Collection, GatewaySetup, Inference, NoActors, RunOnRank, has_policy_lag,
                                 open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
-from learner.advantages.batch import empty_batch, rollout_to_batch
+from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
@@ -37,6 +37,7 @@ from learner.update.ranks import RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
 from learner.weights.checkpointing import Checkpointing, Learned
+from learner.weights.finite import NonFiniteWeights, check_finite
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
 from learner.model.networks import build_model
@@ -58,10 +59,9 @@ def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     atomic_write(run_dir / name, json.dumps(info))
 
 
-def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0, heartbeat=None) -> int:
+def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
-    nobody to watch, and the learner takes the lock itself). heartbeat: the launcher's shared double, beaten while
-    the learner process runs (learner/lifecycle/process.py, ParentWatch)."""
+    nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
     make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
@@ -70,17 +70,17 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        return _run(cfg, run_dir, resume, parent_pid, heartbeat)
+        return _run(cfg, run_dir, resume, parent_pid)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=None) -> int:
+def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
     setup_logging(run_dir, env_rank())
     stop = Stop()
     if parent_pid:
-        ParentWatch(parent_pid, stop, heartbeat=heartbeat)
+        ParentWatch(parent_pid, stop)
     try:
         learner = Learner(cfg, run_dir, resume, stop)
     except StartupError as exc:
@@ -91,7 +91,7 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=No
         return EXIT_FAILED
     try:
         learner.train()
-    except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
+    except (RanksLost, Stalled, NonFiniteWeights) as exc:  # loud, and nothing lost beyond the last checkpoint
         log.error("%s", exc)  # the level already says ERROR
         return EXIT_FAILED
     except WriteFailed as exc:  # the run directory's disk is full or read-only: stop, resume when it is not
@@ -99,6 +99,9 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=No
         return EXIT_FAILED
     finally:
         learner.close()
+    if learner.no_actors:  # after its final checkpoint: loud, and not restarted (it would wait for them again)
+        log.error("%s", learner.no_actors)
+        return EXIT_NO_ACTORS
     return EXIT_FAILED if learner.checkpoints.save_failed else EXIT_DONE  # a final checkpoint not written: said above
 
 
@@ -161,6 +164,8 @@ class Learner:
         self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
                                    heap=UpdateHeap.for_update_on(device))
         self.width, self.idle_said, self.finished, self.served_early = 0, time.monotonic(), False, False
+        self.idle_since, self.no_actors = None, ""  # since when no rank had a sample; why the run ended without actors
+        self.nonfinite_batches = 0  # rollouts dropped, updates rolled back: not finite (issue 60)
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
@@ -224,21 +229,30 @@ class Learner:
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
             self.serial.close()
-            rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"],
-                                              go_on=None if lagging is None else self._serve_lagging)
+            try:
+                rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"],
+                                                  go_on=None if lagging is None else self._serve_lagging)
+            except NoActors as exc:  # (a rank of several never waits: see _note_idle)
+                self.no_actors, rollout = str(exc), None
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
             self.serial.begin()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler, view)
             self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
-            n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
+            n_valid, nonfinite = map(int, self.ranks.sum([batch.n_valid if batch else 0,
+                                                          len(batch.nonfinite_slots) if batch else 0]))
             if lagging is not None:  # done before the next rollout may reuse the buffer it reads
                 self._finish(lagging)
                 lagging = None
-            if n_valid == 0:
-                self._note_idle()
+            if nonfinite:
+                self._drop(batch)
                 continue
+            if n_valid == 0:
+                if self._note_idle():
+                    break
+                continue
+            self.idle_since = None
             self._note_width(batch.width if batch else 0)
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / horizon,
                       batch, n_valid, t0, t1, self.collection.breakdown())
@@ -267,7 +281,15 @@ class Learner:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
 
-    def _note_idle(self) -> None:
+    def _note_idle(self) -> bool:
+        """A rollout without a sample on any rank: said every actor_timeout_s; True (no_actors said why) once that
+        has lasted cluster.no_actors_timeout_s after the first rollout, decided jointly (every rank is here)."""
+        now, limit = time.monotonic(), self.cfg.cluster.no_actors_timeout_s
+        self.idle_since = self.idle_since or now
+        if self.ranks.any(bool(limit) and self.collection.rollouts > 1 and now - self.idle_since > limit):
+            self.no_actors = (f"no actor for {now - self.idle_since:.0f}s after the first rollout "
+                              f"(cluster.no_actors_timeout_s = {limit:g}; 0 waits for ever); the run ends")
+            return True
         if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
             self.idle_said = time.monotonic()
             if self.ranks.distributed:
@@ -275,6 +297,18 @@ class Learner:
             else:
                 log.warning("waiting for actors: every actor has left; to add one: %s",
                             self.collection.join_command(self.width))
+        return False
+
+    def _drop(self, batch: TrainingBatch | None) -> None:
+        """A rollout whose GAE is not finite on some rank (issue 60): no rank trains on it; it is counted
+        (nonfinite_batches in the metrics) and said, and the actors whose env slots made it are struck."""
+        self.nonfinite_batches += 1
+        slots = batch.nonfinite_slots if batch else []
+        log.warning("a rollout dropped after update %d: %s", self.state["update"],
+                    f"non-finite advantages or returns in env slots {slots[:8]}; their actors are struck" if slots
+                    else "non-finite advantages or returns on another rank")
+        if slots:
+            self.collection.strike(slots, f"its env slots {slots[:8]} made non-finite advantages or returns")
 
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
@@ -304,6 +338,12 @@ class Learner:
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
         self.serial.mark("join")  # waiting for the update (policy lag: its thread)
+        if stats.get("nonfinite_update"):  # the same on every rank: the gradient norm is the job's
+            self.nonfinite_batches += 1
+            log.warning("update %d dropped: a step's loss or gradient was not finite; the weights are those "
+                        "before it", job.update)
+        stats["nonfinite_batches"] = self.nonfinite_batches
+        check_finite([self.model, self.obs_norm, self.value_norm], job.update)  # before publishing them
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now

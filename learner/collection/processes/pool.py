@@ -21,7 +21,7 @@ from learner.stalls import Stalled
 from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.counters import summarize
-from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
+from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Strike, Width, describe_failure
 from learner.collection.processes.process import BEAT, BOARD_COLUMNS, READY, CollectorRole, CollectorSpec, collector_main
 from learner.collection.processes.shard import Shard, SharedRows, merge_shards
 from learner.collection.start_wait import StartWait
@@ -30,6 +30,7 @@ from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.gateway.gateway import join_command
+from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.gateway.placement import advertised_address
 from learner.weights.shared import SharedWeights
 
@@ -106,7 +107,8 @@ class CollectorPool(Collection):
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
         self.start_wait = StartWait(lambda: int(self.board[:, READY].sum()), lambda: self._watch(0.05),
-                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s)
+                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s,
+                                    c.no_actors_timeout_s)
         self.rows = SharedRows(num_steps, self.layout, has_policy_lag(first.run.cfg))  # where the collectors write
         self.sent: list[set[int]] = [set() for _ in specs]  # ids of the row arrays each collector holds
         log.info("%d collector processes on %s", len(specs), ", ".join(self.endpoints))
@@ -249,6 +251,15 @@ class CollectorPool(Collection):
                     raise CollectorLost(describe_failure(message, f"collector {k}"))
                 answers[k] = message
         return [answers[k] for k in range(len(self.conns))]
+
+    def strike(self, slots: list[int], reason: str) -> None:
+        """Each collector strikes the holders of its own slots (merged_slot numbers them by collector)."""
+        by_collector: dict[int, list[int]] = {}
+        for slot in slots:
+            k, own = divmod(slot, MAX_ENV_SLOTS)
+            by_collector.setdefault(k, []).append(own)
+        for k, own in by_collector.items():
+            self._send(k, Strike(own, reason))
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.episodes.take_new()

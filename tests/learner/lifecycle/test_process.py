@@ -45,13 +45,12 @@ class Shared:
     value = 0.0
 
 
-def test_the_parent_watch_beats_the_heartbeat_while_it_runs():
-    """From its start, then at every poll: launch.py kills a learner whose beat stops (a SIGSTOP)."""
-    import os
+def test_the_heartbeat_beats_at_once_and_then_on_its_own():
+    """From its start, then every every_s: launch.py kills a learner whose beat stops (a SIGSTOP)."""
     import threading
     import time
 
-    from learner.lifecycle.process import ParentWatch
+    from learner.lifecycle.process import Heartbeat
 
     class Beats(Shared):
         def __init__(self):
@@ -66,12 +65,7 @@ def test_the_parent_watch_beats_the_heartbeat_while_it_runs():
 
     beats = Beats()
     before = time.monotonic()
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        ParentWatch(os.getppid(), Stop(), every_s=0.05, heartbeat=beats)  # our parent outlives the test
-        assert beats.seen and beats.seen[0] >= before  # at once, not after the first poll
-        assert beats.twice.wait(10)
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    Heartbeat(beats, every_s=0.05)
+    assert beats.seen and beats.seen[0] >= before  # at once, not after the first interval
+    assert beats.twice.wait(10)
     assert beats.seen == sorted(beats.seen) and beats.seen[-1] <= time.monotonic()
