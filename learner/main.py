@@ -21,6 +21,7 @@ import zmq
 from learner.config import Config
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
 from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
+from learner.lifecycle.idle import IdleRollouts
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
@@ -29,15 +30,15 @@ from learner.collection import (Collection, GatewaySetup, Inference, NoActors, R
                                 open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
-from learner.advantages.batch import TrainingBatch, empty_batch, rollout_to_batch
+from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
+from learner.update.finite import NonFinite, NonFiniteWeights, check_finite
 from learner.update.ranks import RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
 from learner.weights.checkpointing import Checkpointing, Learned
-from learner.weights.finite import NonFiniteWeights, check_finite
 from learner.weights.message import broadcast_state
 from learner.weights.publisher import WeightPublisher
 from learner.model.networks import build_model
@@ -163,9 +164,9 @@ class Learner:
         self.publisher.publish(self.weights, self.state["version"])
         self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
                                    heap=UpdateHeap.for_update_on(device))
-        self.width, self.idle_said, self.finished, self.served_early = 0, time.monotonic(), False, False
-        self.idle_since, self.no_actors = None, ""  # since when no rank had a sample; why the run ended without actors
-        self.nonfinite_batches = 0  # rollouts dropped, updates rolled back: not finite (issue 60)
+        self.width, self.finished, self.served_early, self.no_actors = 0, False, False, ""  # no_actors: why it ended
+        self.idle = IdleRollouts(cfg.cluster, ranks, lambda: self.collection.join_command(self.width))
+        self.nonfinite = NonFinite(self.collection.strike)
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
@@ -232,7 +233,7 @@ class Learner:
             try:
                 rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"],
                                                   go_on=None if lagging is None else self._serve_lagging)
-            except NoActors as exc:  # (a rank of several never waits: see _note_idle)
+            except NoActors as exc:  # (a rank of several never waits: see IdleRollouts)
                 self.no_actors, rollout = str(exc), None
             if self.ranks.any(rollout is None or self.stop()):
                 break
@@ -246,13 +247,14 @@ class Learner:
                 self._finish(lagging)
                 lagging = None
             if nonfinite:
-                self._drop(batch)
+                self.nonfinite.drop(batch.nonfinite_slots if batch else [], state["update"])
                 continue
             if n_valid == 0:
-                if self._note_idle():
+                self.no_actors = self.idle.empty(first_done=self.collection.rollouts > 1) or ""
+                if self.no_actors:
                     break
                 continue
-            self.idle_since = None
+            self.idle.sampled()
             self._note_width(batch.width if batch else 0)
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / horizon,
                       batch, n_valid, t0, t1, self.collection.breakdown())
@@ -280,35 +282,6 @@ class Learner:
         if self.collection.rollouts == 0:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
-
-    def _note_idle(self) -> bool:
-        """A rollout without a sample on any rank: said every actor_timeout_s; True (no_actors said why) once that
-        has lasted cluster.no_actors_timeout_s after the first rollout, decided jointly (every rank is here)."""
-        now, limit = time.monotonic(), self.cfg.cluster.no_actors_timeout_s
-        self.idle_since = self.idle_since or now
-        if self.ranks.any(bool(limit) and self.collection.rollouts > 1 and now - self.idle_since > limit):
-            self.no_actors = (f"no actor for {now - self.idle_since:.0f}s after the first rollout "
-                              f"(cluster.no_actors_timeout_s = {limit:g}; 0 waits for ever); the run ends")
-            return True
-        if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
-            self.idle_said = time.monotonic()
-            if self.ranks.distributed:
-                log.warning("waiting for actors: no learner rank has a live env slot")
-            else:
-                log.warning("waiting for actors: every actor has left; to add one: %s",
-                            self.collection.join_command(self.width))
-        return False
-
-    def _drop(self, batch: TrainingBatch | None) -> None:
-        """A rollout whose GAE is not finite on some rank (issue 60): no rank trains on it; it is counted
-        (nonfinite_batches in the metrics) and said, and the actors whose env slots made it are struck."""
-        self.nonfinite_batches += 1
-        slots = batch.nonfinite_slots if batch else []
-        log.warning("a rollout dropped after update %d: %s", self.state["update"],
-                    f"non-finite advantages or returns in env slots {slots[:8]}; their actors are struck" if slots
-                    else "non-finite advantages or returns on another rank")
-        if slots:
-            self.collection.strike(slots, f"its env slots {slots[:8]} made non-finite advantages or returns")
 
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
@@ -338,11 +311,7 @@ class Learner:
         self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
         stats = {**self.runner.result(), "update_s": self.runner.took_s}
         self.serial.mark("join")  # waiting for the update (policy lag: its thread)
-        if stats.get("nonfinite_update"):  # the same on every rank: the gradient norm is the job's
-            self.nonfinite_batches += 1
-            log.warning("update %d dropped: a step's loss or gradient was not finite; the weights are those "
-                        "before it", job.update)
-        stats["nonfinite_batches"] = self.nonfinite_batches
+        self.nonfinite.after_update(stats, job.update)
         check_finite([self.model, self.obs_norm, self.value_norm], job.update)  # before publishing them
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from learner.weights.finite import NonFiniteWeights, check_finite
+from learner.update.finite import NonFiniteWeights, check_finite
 
 
 def test_finite_weights_pass_and_a_nan_anywhere_is_named():
