@@ -322,10 +322,10 @@ def run(opts: ActorOptions, on_refused=None) -> int:
 
 
 def _leave(envs, ctx) -> None:
-    """Close the envs and the sockets with SIGINT and SIGTERM ignored: leaving anyway (a supervisor's SIGTERM
-    after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback)."""
+    """Close the envs and the sockets with SIGINT, SIGTERM and SIGHUP ignored: leaving anyway (a supervisor's
+    SIGTERM after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback)."""
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
     envs.close()
     ctx.term()

@@ -1,6 +1,6 @@
 """Fault injection (issue 32): one small CartPole training run taken through a scripted sequence of faults.
 
-    python benchmarks/chaos.py                                  # every fault, about 6 minutes on 2 cores
+    python benchmarks/chaos.py                                  # every fault, about 8 minutes on 2 cores
     python benchmarks/chaos.py --faults kill-actor,ghost,greedy # a subset, in the order given
 
 The run: configs/cartpole.toml (2 actors x 4 envs) with 2 collector processes, cluster.actor_timeout_s=2 and a
@@ -401,10 +401,61 @@ def kill_learner(run: Run, row: Row) -> None:
     restarted(run, row, before, t0, pid)
 
 
+def huge_reward(run: Run, row: Row) -> None:
+    """Issue 60: a client that plays by the rules with one env but reports rewards of 3.3e38 (finite in float32;
+    they overflowed GAE and ended the run). It must be refused naming the bound, and the run train on."""
+    import numpy as np
+    from protocol import messages as m
+    with _welcomed(run, 1, "huge") as (sock, u, t0):
+        sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
+                                                  np.zeros(1, bool), np.zeros(1, bool), first=True)))
+        while isinstance(answer := _answer(sock), m.Actions):
+            sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.full(1, 3.3e38, np.float32),
+                                                      np.zeros(1, bool), np.zeros(1, bool))))
+        if not isinstance(answer, m.Error) or "cluster.max_abs_reward" not in answer.reason:
+            raise Failed(f"rewards of 3.3e38 answered {answer!r:.120}")
+        row.detected_s, row.note = round(time.monotonic() - t0, 1), "refused: cluster.max_abs_reward"
+        row.recovered_s = wait(lambda: run.trained_after(u), "update after the refusal", t0)
+
+
+def stop_learner_at_start(run: Run, row: Row) -> None:
+    """Issue 60: a learner SIGSTOPped as soon as it starts (before its first heartbeat) hung launch.py for ever.
+    Here the learner is killed (-9), and its replacement stopped as soon as processes.json names it: launch.py
+    must kill that one past run.learner_silent_s, counted from its spawn, and restart it again."""
+    before, old, t0 = run.last(), run.info("endpoints.json")["pid"], time.monotonic()
+    kill(old, signal.SIGKILL)
+    wait(lambda: run.info("processes.json").get("learner") not in (None, old) or not run.live(), "a new learner", t0,
+         timeout=120)
+    new = run.info("processes.json").get("learner")
+    if new not in (None, old):
+        os.kill(new, signal.SIGSTOP)
+    row.detected_s = wait(lambda: "gave no sign of life" in run.console(), "the stopped learner named", t0,
+                          timeout=LEARNER_SILENT_S + DEADLINE_S)
+    restarted(run, row, before, t0, new)
+
+
+def hang_up(run: Run, row: Row) -> None:
+    """Issue 60: SIGHUP to every process of the run, as a closed terminal sends it (it killed them all at once,
+    exit 129, no final checkpoint). The run must end as on SIGTERM: a final checkpoint of its last update, exit
+    0; ready() then resumes it."""
+    t0 = time.monotonic()
+    os.killpg(run.proc.pid, signal.SIGHUP)
+    row.detected_s = wait(lambda: not run.live(), "the end of the run", t0)
+    last, kept = run.last()["update"], newest_checkpoint(run.run_dir)
+    row.updates_lost = max(0, last - kept)
+    if run.proc.returncode != 0 or kept != last:
+        raise Failed(f"the hang-up ended the run with exit {run.proc.returncode}, checkpoint {kept} of update {last}")
+    row.note = "exit 0, final checkpoint; resumed"
+    ready(run)
+    row.recovered_s = round(time.monotonic() - t0, 1)
+
+
 FAULTS = {"kill-actor": kill_actor, "stop-actor": stop_actor, "ghost": ghost, "greedy": greedy, "flood": flood,
           "out-of-turn": out_of_turn, "second-run": second_run, "stop-collector": stop_collector,
           "disk-full": disk_full, "kill-learner": kill_learner, "kill-collector": kill_collector,
-          "stop-learner": stop_learner}
+          "stop-learner": stop_learner, "huge-reward": huge_reward, "stop-learner-at-start": stop_learner_at_start,
+          "hang-up": hang_up}
+ENDS_THE_RUN = {"hang-up"}  # by design: a run that must reach its budget by itself (the soak) leaves them out
 
 
 # ----------------------------------------------------------------------------------------------- main

@@ -8,7 +8,8 @@ The topology: --actors and --envs-per-actor (cluster.actors, cluster.envs_per_ac
 unset, cluster.envs (8, CleanRL's recipe) env slots are spread over one actor process per core (2 cores:
 2 actors x 4 envs). The log's first line says what was picked.
 
-Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0 (Ctrl-C again forces).
+Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the learner writes a final checkpoint, every child stops, exit 0
+(Ctrl-C again forces).
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learners", type=int, default=None,
                    help="learner ranks on this host, data-parallel over torch.distributed (default: cluster.learners, 1); "
                         "under torchrun or srun each worker is one rank instead")
-    p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
+    p.add_argument("--max-restarts", type=int, default=5, help="restarts of each actor slot within any hour before it is given up (default: %(default)s)")
     p.add_argument("--max-learner-restarts", type=int, default=3,
                    help="restarts within any hour of a learner that ended abnormally (crash, kill -9, a hung collector), "
                         "each from its newest checkpoint, before the run ends with an error; 0: none (default: %(default)s)")
@@ -166,11 +167,7 @@ def run_cluster(cfg: Config, run_dir: Path, resume: bool, restart_limits: tuple[
     restarts = LearnerRestarts(RestartPolicy(max_learner_restarts), run_dir, stops, enabled=external_job() is None)
     cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=max_restarts, stops=stops,
                       learner_restarts=restarts)
-    try:
-        cluster.start()
-    except RuntimeError as exc:  # the learner did not come up in time
-        log.error("%s", exc)
-        stops.request()
+    cluster.start()  # a learner that did not come up was killed there: supervise() decides on a restart
     code = cluster.supervise()
     if code == EXIT_REFUSED:
         undo_refused(run_dir, created, saved)

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from protocol import compression
-from protocol.messages import MAX_ENV_SLOTS
+from protocol.messages import FLOAT32_MAX, MAX_ENV_SLOTS
 from protocol.settings import SCHEMA, EnvSettings, Rule, describe
 from protocol.transport import LOCAL
 
@@ -72,7 +72,7 @@ class RunConfig(BaseModel):
     watchdog_s: Annotated[float, Field(ge=1.0, le=7 * DAY_S)] = 900.0
     """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
     learner_silent_s: Annotated[float, Field(ge=2.0, le=7 * DAY_S)] = 30.0
-    """launch.py kills a learner process whose heartbeat (beaten every 0.5 s by a thread of its own) is this old: stopped whole (SIGSTOP) or frozen, where its own watchdog cannot run; the restart policy then decides"""
+    """launch.py kills a learner process whose heartbeat (beaten every 0.5 s by a thread of its own, counted from its spawn) is this old: stopped whole (SIGSTOP), before its first beat too, or frozen, where its own watchdog cannot run; the restart policy then decides"""
     batch_checksum: bool = False
     """debug: record batch_checksum (the sum of the observations each update read, after it read them) in metrics.jsonl; one pass over the batch per update"""
 
@@ -102,6 +102,8 @@ class ClusterConfig(BaseModel):
     """an actor silent for this long while it owes a step report is retired"""
     startup_timeout_s: Annotated[float, Field(ge=0.0, le=7 * DAY_S)] = 600.0
     """the run ends, naming the actors it waited on, if its first rollout cannot start within this (0: wait)"""
+    no_actors_timeout_s: Annotated[float, Field(ge=0.0, le=7 * DAY_S)] = 300.0
+    """after the first rollout, the run ends (exit 1, not restarted: launch.py's actors past their restart limit, or none joining) when no actor has had an env slot ready for this long (0: wait for actors for ever)"""
     learners: Annotated[int, Field(ge=1, le=64)] = 1
     """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
     collectors: Annotated[int, Field(ge=0, le=64)] = 0
@@ -110,6 +112,10 @@ class ClusterConfig(BaseModel):
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: Annotated[int, Field(ge=1, le=4096)] = 64
     """largest message accepted on a socket"""
+    max_abs_reward: Annotated[float, Field(gt=0.0, le=FLOAT32_MAX)] = 1e6
+    """the largest |reward| a step report may carry: one with a larger, NaN or inf reward is refused naming this key and its actor retired and struck (float32 GAE and the value loss overflow on rewards near 1e38)"""
+    max_abs_obs: Annotated[float, Field(gt=0.0, le=FLOAT32_MAX)] = 1e6
+    """the same bound for every element of a float observation (images are uint8, bounded by their type)"""
     memory_budget_mb: Annotated[int, Field(ge=0)] = 0
     """the learner's memory for all actors' rollouts together, in MB: a handshake that would pass it waits until slots free up (0: half of this machine's memory)"""
     max_envs_per_actor: Annotated[int, Field(ge=0, le=MAX_ENV_SLOTS)] = 0

@@ -19,13 +19,14 @@ import torch
 import zmq
 
 from learner.config import Config
-from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
+from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
 from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
+from learner.lifecycle.idle import IdleRollouts
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
-from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, has_policy_lag,
+from learner.collection import (Collection, GatewaySetup, Inference, NoActors, RunOnRank, has_policy_lag,
                                 open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
@@ -34,6 +35,7 @@ from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
+from learner.update.finite import NonFinite, NonFiniteWeights, check_finite
 from learner.update.ranks import RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
@@ -59,10 +61,9 @@ def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     atomic_write(run_dir / name, json.dumps(info))
 
 
-def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0, heartbeat=None) -> int:
+def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
-    nobody to watch, and the learner takes the lock itself). heartbeat: the launcher's shared double, beaten while
-    the learner process runs (learner/lifecycle/process.py, ParentWatch)."""
+    nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
     make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
@@ -71,17 +72,17 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        return _run(cfg, run_dir, resume, parent_pid, heartbeat)
+        return _run(cfg, run_dir, resume, parent_pid)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=None) -> int:
+def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
     setup_logging(run_dir, env_rank())
     stop = Stop()
     if parent_pid:
-        ParentWatch(parent_pid, stop, heartbeat=heartbeat)
+        ParentWatch(parent_pid, stop)
     try:
         learner = Learner(cfg, run_dir, resume, stop)
     except StartupError as exc:
@@ -92,7 +93,7 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=No
         return EXIT_FAILED
     try:
         learner.train()
-    except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
+    except (RanksLost, Stalled, NonFiniteWeights) as exc:  # loud, and nothing lost beyond the last checkpoint
         log.error("%s", exc)  # the level already says ERROR
         return EXIT_FAILED
     except WriteFailed as exc:  # the run directory's disk is full or read-only: stop, resume when it is not
@@ -100,6 +101,9 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=No
         return EXIT_FAILED
     finally:
         learner.close()
+    if learner.no_actors:  # after its final checkpoint: loud, and not restarted (it would wait for them again)
+        log.error("%s", learner.no_actors)
+        return EXIT_NO_ACTORS
     return EXIT_FAILED if learner.checkpoints.save_failed else EXIT_DONE  # a final checkpoint not written: said above
 
 
@@ -167,7 +171,9 @@ class Learner:
         self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.width, self.idle_said, self.finished = 0, time.monotonic(), False
+        self.width, self.finished, self.no_actors = 0, False, ""  # no_actors: why the run ended, if it did
+        self.idle = IdleRollouts(cfg.cluster, ranks, lambda: self.collection.join_command(self.width))
+        self.nonfinite = NonFinite(self.collection.strike)
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
@@ -230,18 +236,28 @@ class Learner:
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
             self.serial.close()
-            rollout = self.scheduler.collect(self._envs_needed(), self.stop)
+            try:
+                rollout = self.scheduler.collect(self._envs_needed(), self.stop)
+            except NoActors as exc:  # (a rank of several never waits: see IdleRollouts)
+                self.no_actors, rollout = str(exc), None
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
             self.serial.begin()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler, view)
             self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
-            n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
+            n_valid, nonfinite = map(int, self.ranks.sum([batch.n_valid if batch else 0,
+                                                          len(batch.nonfinite_slots) if batch else 0]))
             self._finish_updates(running=0)  # policy lag: the update that ran while this rollout was collected
-            if n_valid == 0:
-                self._note_idle()
+            if nonfinite:
+                self.nonfinite.drop(batch.nonfinite_slots if batch else [], state["update"])
                 continue
+            if n_valid == 0:
+                self.no_actors = self.idle.empty(first_done=self.collection.rollouts > 1) or ""
+                if self.no_actors:
+                    break
+                continue
+            self.idle.sampled()
             self._note_width(batch.width if batch else 0)
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / horizon,
                       batch, n_valid, t0, t1, self.collection.breakdown())
@@ -266,15 +282,6 @@ class Learner:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
 
-    def _note_idle(self) -> None:
-        if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
-            self.idle_said = time.monotonic()
-            if self.ranks.distributed:
-                log.warning("waiting for actors: no learner rank has a live env slot")
-            else:
-                log.warning("waiting for actors: every actor has left; to add one: %s",
-                            self.collection.join_command(self.width))
-
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
             log.info("rollout width now %d env slots (was %d)", width, self.width)
@@ -294,6 +301,8 @@ class Learner:
         the next rollout was collected meanwhile), collect_s the rollout's collection, update_s the update's
         own run (in a thread with policy lag)."""
         self.serial.mark("join")  # waiting for the update (policy lag: its thread)
+        self.nonfinite.after_update(stats, job.update)
+        check_finite([self.model, self.obs_norm, self.value_norm], job.update)  # before publishing them
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now

@@ -15,10 +15,11 @@ import numpy as np
 from protocol import codec, compression
 from protocol.errors import ProtocolError
 from protocol.spaces import SpaceSpec
-from protocol.usual_step import usual_step
+from protocol.usual_step import usual_step, within
 
 PROTOCOL_VERSION = 1
 MAX_ENV_SLOTS = 4096  # env slots one actor may host, and one learner serves (admission, registry, config)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the default bound of a report's numbers: past it float32 is inf
 _NONE = (codec.EMPTY[codec.DTYPES["float64"]], codec.EMPTY[codec.DTYPES["int64"]])  # no episode ended, no env cut
 
 
@@ -125,6 +126,10 @@ class Expect:
     max_bytes: int = codec.DEFAULT_MAX_BYTES
     frames: compression.Receiver | None = None
     """the learner's decoder of this actor's compressed frames (None: raw frames, as agreed)"""
+    max_abs_reward: float = FLOAT32_MAX
+    """the largest |reward| a step report may carry (the learner's cluster.max_abs_reward); NaN and inf never pass"""
+    max_abs_obs: float = FLOAT32_MAX
+    """the same for a float observation's every element (cluster.max_abs_obs)"""
 
 
 TYPES = {"handshake": Handshake, "welcome": Welcome, "starting": Starting, "step": StepReport, "actions": Actions,
@@ -300,7 +305,7 @@ def _step(body, arrays, expect):
         _check(arrays, "final_obs", codec.DTYPE_NAMES[obs.dtype], (n_final, *obs.shape[1:]))
     elif report.final_obs is not None and (report.final_obs.ndim == 0 or len(report.final_obs)):
         raise ProtocolError("step: final_obs given without final_index")
-    _check_outcome(report)
+    _check_outcome(report, expect or Expect(0, 1, (), ""))
     return report
 
 
@@ -308,15 +313,21 @@ def _all_finite(arr: np.ndarray) -> bool:
     return np.count_nonzero(np.isfinite(arr)) == arr.size  # = .all(): count_nonzero is one C call, .all() is not
 
 
-def _check_outcome(report: StepReport) -> None:
-    """What the learner trusts beyond shapes: finite numbers, and a final observation for exactly the envs
-    cut by a time limit (truncated, not terminated), so none is bootstrapped from its reset observation."""
-    if not _all_finite(report.rewards):
-        raise ProtocolError("step: rewards must be finite")
-    if report.obs.dtype.kind == "f" and not _all_finite(report.obs):
-        raise ProtocolError("step: obs must be finite (NaN or inf in a float observation)")
-    if report.final_obs is not None and report.final_obs.dtype.kind == "f" and not _all_finite(report.final_obs):
-        raise ProtocolError("step: final_obs must be finite (NaN or inf in a float observation)")
+def _check_bounded(arr: np.ndarray, name: str, bound: float, key: str) -> None:
+    if not within(arr, bound):
+        worst = arr.flat[int(np.argmax(np.where(np.isnan(arr), np.inf, np.abs(arr))))]
+        raise ProtocolError(f"step: {name} must be finite and within +-{bound:g} (the learner's {key}), got {worst:g}")
+
+
+def _check_outcome(report: StepReport, expect: Expect) -> None:
+    """What the learner trusts beyond shapes: finite numbers within their declared bounds (float32 GAE and
+    losses overflow past them, issue 60), and a final observation for exactly the envs cut by a time limit
+    (truncated, not terminated), so none is bootstrapped from its reset observation."""
+    _check_bounded(report.rewards, "rewards", expect.max_abs_reward, "cluster.max_abs_reward")
+    if report.obs.dtype.kind == "f":
+        _check_bounded(report.obs, "obs", expect.max_abs_obs, "cluster.max_abs_obs")
+    if report.final_obs is not None and report.final_obs.dtype.kind == "f":
+        _check_bounded(report.final_obs, "final_obs", expect.max_abs_obs, "cluster.max_abs_obs")
     if len(report.episode_returns) and not _all_finite(report.episode_returns):
         raise ProtocolError("step: episode_returns must be finite")
     if len(report.episode_lengths) and report.episode_lengths.min() < 0:

@@ -27,12 +27,13 @@ from learner.collection.collection import Collection
 from learner.collection.inference import Inference, served_modules
 from learner.collection.local import open_in_process
 from learner.collection.processes.pool import default_collectors, start_collector_processes
+from learner.collection.start_wait import NoActors
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Watchdog
 
 __all__ = ["open_collection", "Collection", "Spaces", "RunOnRank", "GatewaySetup", "Inference", "served_modules",
-           "has_policy_lag"]
+           "has_policy_lag", "NoActors"]
 
 
 def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, *,

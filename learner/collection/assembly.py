@@ -78,13 +78,14 @@ def has_policy_lag(cfg: Config) -> bool:
 
 
 def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_process: bool) -> CollectorSettings:
-    """In a collector process the pool's wait for the first rollout has the deadline, and its rows are the
-    training process's (policy lag alternates two sets of each collector's); deterministic runs have a single,
+    """In a collector process the pool's wait for a rollout has the deadlines, and its rows are the training
+    process's (policy lag alternates two sets of each collector's); deterministic runs have a single,
     in-process collector."""
     r, c = cfg.run, cfg.cluster
     return CollectorSettings(
         cfg.ppo.num_steps, device, c.actor_timeout_s, lockstep=r.deterministic, frame_stack=frame_stack,
         startup_timeout_s=c.startup_timeout_s if in_process else 0.0,
+        no_actors_timeout_s=c.no_actors_timeout_s if in_process else 0.0,
         policy_lag=has_policy_lag(cfg),
         collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
@@ -100,7 +101,7 @@ def assemble(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: Gate
     registry = ActorRegistry(admission=setup.admission)  # the gateway admits actors, the collector serves them
     redirect = setup.redirect_for(registry)
     offer = Offer(spaces.actor_env, spaces.actor_obs_space, spaces.action_space, setup.env_seed, run.generation,
-                  run.run_id, c.codec)
+                  run.run_id, c.codec, (c.max_abs_reward, c.max_abs_obs))
     listen = Listen(setup.ctx, setup.address, c.max_message_mb << 20, setup.curve, setup.wake)
     gateway = Gateway(listen, offer, registry=registry, redirect=redirect)
     settings = collector_settings(run.cfg, torch.device(run.device), spaces.frame_stack, in_process)

@@ -38,6 +38,11 @@ class Collection(ABC):
         """Rank 0 of several: where the other ranks listen (it redirects joiners there)."""
 
     @abstractmethod
+    def strike(self, slots: list[int], reason: str) -> None:
+        """The actors holding these slots of the last rollout made it unusable (`reason`): each is struck (the
+        gateway's strikes and bans) and retired."""
+
+    @abstractmethod
     def take_episodes(self) -> list[tuple[float, int]]:
         """The (return, length) of every episode finished since the last call."""
 

@@ -92,6 +92,7 @@ class CollectorSettings:
     lockstep: bool = False
     frame_stack: int = 1
     startup_timeout_s: float = 0.0
+    no_actors_timeout_s: float = 0.0  # the same for a later rollout: every actor gone (0: waits for ever)
     policy_lag: bool = False
     collect_only: bool = False
 
@@ -131,7 +132,8 @@ class Collector:
         self.counters = RolloutCounters()  # where the rollout's time goes (learner/collection/counters.py)
         self.counts: RolloutCounts | None = None  # the last complete rollout's
         self.start_wait = StartWait(self.parked_slots, lambda: self._pump(100), self._waiting_on,
-                                    gateway.join_command, s.actor_timeout_s, s.startup_timeout_s)
+                                    gateway.join_command, s.actor_timeout_s, s.startup_timeout_s,
+                                    s.no_actors_timeout_s)
 
     def parked_slots(self) -> int:
         return sum(len(w.slots) for w in self.parked.values())

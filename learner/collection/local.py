@@ -10,6 +10,7 @@ from learner.collection.collection import Collection
 from learner.collection.collector import Collector, NewerWeights
 from learner.collection.counters import summarize
 from learner.collection.inference import Inference
+from learner.collection.slot_owners import actors_of
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
@@ -55,6 +56,11 @@ class LocalCollection(Collection):
 
     def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
         return self.collector.collect(min_envs, should_stop, version)
+
+    def strike(self, slots: list[int], reason: str) -> None:
+        """(Nothing was received since the rollout ended: the slots' holders are the actors that filled them.)"""
+        for entry in actors_of(self.registry, slots):
+            self.gateway.strike(entry, reason)
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.collector.episodes.take_new()

@@ -59,6 +59,7 @@ class Offer:
     generation: int
     run_id: str
     codec: str = "auto"  # cluster.codec: how its frames travel, picked from those it offers (protocol/compression.py)
+    bounds: tuple[float, float] = (m.FLOAT32_MAX, m.FLOAT32_MAX)  # its |rewards| and |float obs| (cluster.max_abs_*)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class Gateway:
         self.settings, self.obs_space, self.action_space = offer.settings, offer.obs_space, offer.action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = (offer.run_seed, offer.generation, offer.run_id,
                                                                        max_bytes)
-        self.codec = offer.codec
+        self.codec, self.bounds = offer.codec, offer.bounds
         self.rejected = 0
         self.curved = curve is not None
         self.events: list[str] = []
@@ -194,6 +195,17 @@ class Gateway:
             self.retire(entry, "too many rejected messages" if banned else f"sent a rejected message ({reason})")
         return None
 
+    def strike(self, entry: ActorEntry, reason: str) -> None:
+        """An actor whose data was found unusable after it was accepted (a rollout's non-finite advantages or
+        returns in its env slots, issue 60): struck as a rejected message's sender is (banned past the limit),
+        and retired; it may rejoin."""
+        banned = self.registry.strike(entry.identity)
+        self.warnings.warn(entry.name, "batches refused", reason, f"striking {entry.name}: {reason}")
+        if banned:
+            self.warnings.warn(entry.name, "bans", "too many strikes", f"banning {entry.name} for {BAN_S:g}s: too "
+                                                                      "many strikes")
+        self.retire(entry, "too many strikes" if banned else reason)
+
     def _unknown(self, identity: bytes, msg) -> None:
         """A valid message from an identity not registered: most likely an actor retired while still
         alive (stopped, swapped out, cut off), which is told so and rejoins. Only step reports are
@@ -241,7 +253,8 @@ class Gateway:
             expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,
                               obs_shape=self.obs_space.shape, obs_dtype=self.obs_space.dtype,
                               action_shape=self.action_space.shape, max_bytes=self.max_bytes,
-                              frames=None if codec == compression.NONE else compression.Receiver(codec, hs.groups))
+                              frames=None if codec == compression.NONE else compression.Receiver(codec, hs.groups),
+                              max_abs_reward=self.bounds[0], max_abs_obs=self.bounds[1])
             try:
                 entry = self.registry.join(identity, hs.name, hs.num_envs, hs.groups, expect)
             except AdmissionRefused as exc:  # full for now (rejoin: the actor retries later), or too greedy

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-
+import copy
+import math
 
 import torch
 from torch import nn
@@ -85,6 +86,32 @@ def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, s
     if cfg.lag_weight_max > 0:  # V-trace's truncation (rho-bar)
         weight = weight.clamp(max=cfg.lag_weight_max)
     return (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
+
+
+def _nan_unless_finite(loss: torch.Tensor) -> torch.Tensor:
+    """1.0 for a finite loss, else NaN: the factor that turns a non-finite loss's gradients (an inf loss can have
+    finite ones) into NaN, so that the job's averaged gradient norm shows it on every rank alike."""
+    return torch.where(torch.isfinite(loss.detach()), 1.0, float("nan"))
+
+
+class UpdateStart:
+    """A PPOUpdater's state when an update starts (the weights and buffers, Adam's state, the value statistics,
+    the rate and beta), copied on the device, to go back to if the update turns out not finite."""
+
+    def __init__(self, updater: "PPOUpdater"):
+        self.model = copy.deepcopy(updater.model.state_dict())
+        self.optimizer = copy.deepcopy(updater.optimizer.state_dict())
+        vn = updater.value_norm
+        self.value_norm = None if vn is None else copy.deepcopy(vn.state_dict())
+        self.lr, self.beta = updater.lr, updater.beta
+
+    def restore(self, updater: "PPOUpdater") -> None:
+        updater.model.load_state_dict(self.model)
+        updater.optimizer.load_state_dict(self.optimizer)
+        if self.value_norm is not None:
+            updater.value_norm.load_state_dict(self.value_norm)
+        updater.lr, updater.beta = self.lr, self.beta
+        updater.optimizer.zero_grad(set_to_none=True)
 
 
 def _split_sizes(n: int, parts: int) -> list[int]:
@@ -239,6 +266,10 @@ class PPOUpdater:
                generator: torch.Generator | None = None) -> dict[str, float]:
         """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
 
+        Not finite, it is dropped (issue 60): a step whose loss or gradient is not finite shows in the gradient
+        norm's sum, read with the statistics at the end; the weights, Adam's state, the value statistics and
+        the rate then go back to where the update started (`nonfinite_update` 1 in its statistics).
+
         The statistics stay on the device until the end, where one read brings them all to the host: on a
         GPU a read per statistic and minibatch would drain the queue of kernels about a hundred times per
         update (target_kl adds one read per epoch, which the early stop needs; the adaptive schedule one
@@ -250,6 +281,7 @@ class PPOUpdater:
             raise ValueError("PPOUpdater.update: empty batch")
         counts = self.ranks.gather_ints(n)  # every rank's samples: the weights of its minibatch gradients
         lr = self.learning_rate(progress)
+        start = UpdateStart(self)  # what a non-finite step makes the update go back to
         self._set_lr(lr)
         if self.policy_lag and n:
             batch = self._start_outputs(batch)
@@ -274,6 +306,9 @@ class PPOUpdater:
         values = torch.cat([pooled, tail, kls.double()]).tolist()  # the update's one read from the device
         named = len(keys) + len(extra)
         out = dict(zip(keys + tuple(extra), values[:named]))
+        if not math.isfinite(out["grad_norm"]):  # a step's loss or gradient was not finite, on some rank
+            start.restore(self)
+            return {**out, "nonfinite_update": 1}
         # adaptive: the rate the update ended with (the next one starts from it)
         out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
                    minibatches=minibatches, epoch_kls=values[named:])
@@ -362,7 +397,7 @@ class PPOUpdater:
                 with torch.no_grad():
                     first.update(ratio_max_dev=(new_logprob - old_logprob).exp().sub(1).abs().max(),
                                  clip_fraction=weight * stats["clip_fraction"])
-            loss.backward()
+            (loss * _nan_unless_finite(loss)).backward()  # x 1.0 exactly, or NaN gradients everywhere
         else:  # a rank without samples still takes part in the gradient average, with zeros
             zero = torch.zeros((), device=self.device)
             stats = dict.fromkeys(self.loss_keys, zero)

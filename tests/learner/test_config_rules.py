@@ -218,7 +218,7 @@ def bounds(info) -> dict[str, float]:
 
 def outside_and_inside(info):
     """[(a value just outside one bound, a value just inside it)] for each bound of a numeric field."""
-    step = (lambda x, d: x + d) if info.annotation is int else (lambda x, d: math.nextafter(x, x + d))
+    step = (lambda x, d: x + d) if info.annotation is int else (lambda x, d: math.nextafter(x, d * math.inf))
     out = []
     for name, edge in bounds(info).items():
         d = -1 if name in ("ge", "gt") else 1

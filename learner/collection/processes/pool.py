@@ -17,6 +17,7 @@ merged rollout is their concatenation, made once per rollout.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections import deque
 from multiprocessing.connection import wait
@@ -27,7 +28,7 @@ from learner.stalls import Stalled
 from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.counters import summarize
-from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
+from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Strike, Width, describe_failure
 from learner.collection.processes.process import BEAT, BOARD_COLUMNS, READY, CollectorRole, CollectorSpec, collector_main
 from learner.collection.processes.shard import Shard, SharedRows, merge_shards
 from learner.collection.start_wait import StartWait
@@ -36,6 +37,7 @@ from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.gateway.gateway import join_command
+from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.gateway.placement import advertised_address
 from learner.weights.shared import SharedWeights
 
@@ -113,7 +115,8 @@ class CollectorPool(Collection):
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
         self.start_wait = StartWait(lambda: int(self.board[:, READY].sum()), lambda: self._watch(0.05),
-                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s)
+                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s,
+                                    c.no_actors_timeout_s)
         self.lag = has_policy_lag(first.run.cfg) and self.shared_rows
         self.rows = SharedRows(num_steps, self.layout, False)  # where the collectors write (synchronous)
         self.own_rows = [SharedRows(num_steps, self.layout, True) for _ in specs] if self.lag else []  # (lag)
@@ -127,7 +130,11 @@ class CollectorPool(Collection):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=collector_main, name=f"collector-{spec.index}", daemon=True,
                                args=(spec, theirs, weights, self.board, self.halt))
-            proc.start()
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until collector_main ignores it
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             theirs.close()
             self.procs.append(proc)
             self.conns.append(mine)
@@ -292,6 +299,15 @@ class CollectorPool(Collection):
         meanwhile may become due (policy lag), else a second (their messages wake the wait anyway)."""
         due = self.lag and self.versions is not None and self.versions.pending and not self.versions.served_early
         return 0.005 if due else 1.0
+
+    def strike(self, slots: list[int], reason: str) -> None:
+        """Each collector strikes the holders of its own slots (merged_slot numbers them by collector)."""
+        by_collector: dict[int, list[int]] = {}
+        for slot in slots:
+            k, own = divmod(slot, MAX_ENV_SLOTS)
+            by_collector.setdefault(k, []).append(own)
+        for k, own in by_collector.items():
+            self._send(k, Strike(own, reason))
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.episodes.take_new()

@@ -23,7 +23,9 @@ from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, assembl
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.registry import ActorRegistry
 from learner.collection.inference import Inference
-from learner.collection.processes.pipe import Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Width, PipeError, check
+from learner.collection.processes.pipe import (Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Strike, Width,
+                                               PipeError, check)
+from learner.collection.slot_owners import actors_of
 from learner.collection.processes.shard import Shard
 from learner.gateway.placement import RankBalancer, joiner_rank
 from learner.model.networks import build_model
@@ -152,7 +154,8 @@ def redirect_chain(*choices):
 
 def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt: torch.Tensor) -> None:
     """The process's entry point (spawned by the pool)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the training process, which stops us in order
+    for sig in (signal.SIGINT, signal.SIGHUP):  # Ctrl-C, a closed terminal: the training process stops us in order
+        signal.signal(sig, signal.SIG_IGN)
     torch.set_num_threads(1)
     setup_logging(Path(spec.run.run_dir), spec.run.rank, tag=f"collector {spec.index}")
     try:
@@ -241,6 +244,9 @@ class CollectorProcess:
                     break
                 if isinstance(command, Know):
                     self._know(command)
+                elif isinstance(command, Strike):
+                    for entry in actors_of(self.registry, command.slots):
+                        self.gateway.strike(entry, command.reason)
                 elif not self._collect(command):
                     self._tell(Stopped())
                     break
@@ -261,7 +267,7 @@ class CollectorProcess:
                 return None
             self.board[self.spec.index, READY] = self.collector.pump(IDLE_PUMP_MS)
             self._post_slots()
-        return check(self.conn.recv(), (Know, Collect, Close), PARENT)
+        return check(self.conn.recv(), (Know, Collect, Strike, Close), PARENT)
 
     def _post_slots(self) -> None:
         """Live and admitted env slots to the board, when a join or a leave changed them (not per message)."""
