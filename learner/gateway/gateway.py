@@ -167,17 +167,31 @@ class Gateway:
             return None
         except Exception as exc:  # a decoder bug must cost one message, never the learner
             return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
-        if isinstance(msg, m.Handshake):
-            if entry is not None:
-                self.retire(entry, "handshook again (restarted)", tell=False)
-            return self._handshake(identity, msg, self._remote(frames[1]))
-        if entry is None:
-            return self._unknown(identity, msg)
-        if (why := entry.turns.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
-            return self._reject(identity, entry, f"out of turn: {why}")
+        # by protocol/messages.py's table; checked here, so a duplicate in one batch is refused too
+        why = m.refusal_of(msg, m.LEARNER, m.UNREGISTERED) if entry is None else entry.turns.out_of_turn(msg)
+        if why is not None:
+            return self._unknown(identity, msg) if entry is None else self._reject(identity, entry, f"out of turn: {why}")
+        route = m.ROUTES[type(msg)]
+        if m.GATEWAY in route.by:
+            return getattr(self, route.handler)(identity, entry, msg, frames)
         entry.turns.accept(msg)
         self.registry.heard(entry)
-        return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
+        return Incoming(entry, msg)  # the collector's (Collector.dispatch)
+
+    def on_handshake(self, identity: bytes, entry: ActorEntry | None, msg: m.Handshake, frames) -> None:
+        if entry is not None:
+            self.retire(entry, "handshook again (restarted)", tell=False)
+        return self._handshake(identity, msg, self._remote(frames[1]))
+
+    def on_starting(self, identity: bytes, entry: ActorEntry, msg: m.Starting, frames) -> None:
+        """A sign of life while the actor builds its envs: where it stands, for the log; nothing to collect."""
+        entry.turns.accept(msg)
+        self.registry.heard(entry)
+
+    def refuse(self, entry: ActorEntry, reason: str) -> None:
+        """A message the collector cannot take, refused as the gateway refuses one (logged, counted, its sender
+        retired)."""
+        self._reject(entry.identity, entry, reason)
 
     def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
         """Count and log a rejected message. A registered sender is retired at once (its last step is

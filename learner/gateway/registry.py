@@ -24,10 +24,18 @@ class Turns:
     started: set = field(default_factory=set)  # groups whose first report has arrived
     prepared: tuple[int, int] | None = None  # (envs built, envs in all) from its last Starting message
 
+    def phase(self) -> str:
+        """Where the actor stands, in protocol/messages.py's terms: BUILDING until every group's first report
+        has arrived, then RUNNING."""
+        return m.RUNNING if len(self.started) == self.groups else m.BUILDING
+
     def out_of_turn(self, msg) -> str | None:
-        """Why the actor may not send `msg` now (None: it may). The protocol, per group: one first report
-        after the Welcome, then exactly one outcome per Actions message; Starting only while some group
-        has not sent its first report; Goodbye or Error at any time."""
+        """Why the actor may not send `msg` now (None: it may): the turn protocol/messages.py's table gives its
+        type (Starting only while some group has not sent its first report; Goodbye or Error at any time), then
+        a step report's own rule, per group: one first report after the Welcome, then exactly one outcome per
+        Actions message."""
+        if (why := m.refusal_of(msg, m.LEARNER, self.phase())) is not None:
+            return why
         if isinstance(msg, m.StepReport):
             g = msg.group
             if msg.first:
@@ -35,11 +43,7 @@ class Turns:
             if g not in self.started:
                 return f"a step report for group {g} before its first report"
             return None if g in self.owes else f"a step report for group {g} that was not sent actions"
-        if isinstance(msg, m.Starting):
-            return None if len(self.started) < self.groups else "Starting after its first reports"
-        if isinstance(msg, (m.Goodbye, m.Error)):
-            return None
-        return f"unexpected {type(msg).__name__} from an actor"
+        return None
 
     def accept(self, msg) -> None:
         """Advance the protocol state for an in-turn message (see out_of_turn)."""
