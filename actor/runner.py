@@ -288,7 +288,7 @@ def _ask_again_later(opts: ActorOptions, exc: Busy, busy_since: float, backoff: 
     return True
 
 
-def run(opts: ActorOptions, on_refused=None) -> int:
+def run_actor(opts: ActorOptions, on_refused=None) -> int:
     """Join, and rejoin with backoff while reconnect_s allows; rejoin at once when retired.
 
     An actor that never heard from a learner gives up after one welcome_timeout_s (nothing is there to
