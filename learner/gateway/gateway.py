@@ -30,6 +30,7 @@ log = logging.getLogger("learner")
 
 MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
 MAX_REMEMBERED_RETIREMENTS = 1024  # retired identities whose reason is kept, to tell them why
+GATEWAY_TYPES = frozenset(m.turns_for(frozenset({m.GATEWAY})))  # the types the gateway takes itself (the table's)
 _NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
 
 
@@ -170,10 +171,11 @@ class Gateway:
         # by protocol/messages.py's table; checked here, so a duplicate in one batch is refused too
         why = m.refusal_of(msg, m.LEARNER, m.UNREGISTERED) if entry is None else entry.turns.out_of_turn(msg)
         if why is not None:
-            return self._unknown(identity, msg) if entry is None else self._reject(identity, entry, f"out of turn: {why}")
-        route = m.ROUTES[type(msg)]
-        if m.GATEWAY in route.by:
-            return getattr(self, route.handler)(identity, entry, msg, frames)
+            if entry is None:
+                return self._unknown(identity, msg)
+            return self._reject(identity, entry, f"out of turn: {why}")
+        if type(msg) in GATEWAY_TYPES:
+            return getattr(self, m.ROUTES[type(msg)].handler)(identity, entry, msg, frames)
         entry.turns.accept(msg)
         self.registry.heard(entry)
         return Incoming(entry, msg)  # the collector's (Collector.dispatch)

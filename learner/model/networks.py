@@ -1,8 +1,9 @@
 """Actor-critic networks: an encoder (observations -> features) shared by a policy head and a value head.
 
 Images go through a PixelEncoder around a conv body; vectors through separate tanh MLPs for the policy and
-the value (sharing hurts on vector tasks). Which one: model.kind, an entry of learner/model/registry.py. Every model exposes act / evaluate / value / greedy: act and greedy run without gradients
-(they feed the env); evaluate and value are differentiable (they feed the update).
+the value (sharing hurts on vector tasks). Which one: model.kind, an entry of learner/model/registry.py.
+Every model exposes act / evaluate / value / greedy: act and greedy run without gradients (they feed the
+env); evaluate and value are differentiable (they feed the update).
 """
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ def _resolve_kind(obs_space: SpaceSpec, kind: str) -> str:
     """model.kind, with "auto" resolved by the observations: (C, H, W) uint8 images or 1-D vectors."""
     if kind != AUTO:
         if kind not in ENCODERS:
-            raise ValueError(f"unknown model.kind {kind!r} for observation space {obs_space} (known: {', '.join(ENCODERS)})")
+            raise ValueError(f"unknown model.kind {kind!r} for observation space {obs_space} "
+                             f"(known: {', '.join(ENCODERS)})")
         return kind
     shape = obs_space.shape
     if len(shape) == 3 and np.dtype(obs_space.dtype) == np.uint8:

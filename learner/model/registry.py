@@ -45,7 +45,8 @@ ENCODERS: dict[str, EncoderKind] = {e.name: e for e in (
     EncoderKind("cnn", PIXELS, "learner.model.encoders:nature_body",
                 "the Nature CNN (Mnih et al. 2015, CleanRL's Atari network), 512 features", auto=True),
     EncoderKind("impala", PIXELS, "learner.model.encoders:impala_body",
-                "IMPALA's 15-layer residual CNN (Espeholt et al. 2018), 256 features; about 6x the Nature CNN's compute"),
+                "IMPALA's 15-layer residual CNN (Espeholt et al. 2018), 256 features; about 6x the Nature CNN's "
+                "compute"),
     EncoderKind("mlp", VECTORS, "learner.model.networks:mlp_actor_critic",
                 "separate tanh MLPs for the policy and the value (model.hidden wide)", auto=True),
 )}

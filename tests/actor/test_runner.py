@@ -9,7 +9,8 @@ import pytest
 import zmq
 
 from actor.env_groups import ActorEnvs
-from actor.runner import ActorOptions, Busy, LearnerGone, Redirected, Refused, Retired, Session, _prepare, learner_address
+from actor.runner import (ActorOptions, Busy, LearnerGone, Redirected, Refused, Retired, Session, _prepare,
+                          learner_address)
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
