@@ -3,7 +3,7 @@
     python launch.py --config configs/smoke.toml       # a tiny run (`python launch.py --help`: every option)
 
 The entry point only: its first lines make a Ctrl-C during the imports a stop request, then launcher/ does the
-rest (cli.py, its options; rundir.py, the run directory; cluster.py, the supervisor).
+rest (cli.py, its options; take_run_dir.py, the run directory it takes; cluster.py, the supervisor).
 """
 from __future__ import annotations
 

@@ -65,8 +65,8 @@ def main(argv=None) -> int:
         leave_on_sigterm()
         opts = parse_args(argv)
         name_process(f"actor {opts.name}")
-        from actor.runner import run  # (see ActorOptions above)
-        return run(opts)  # Ctrl-C once joined: run() says goodbye to the learner and returns 0
+        from actor.runner import run_actor  # (see ActorOptions above)
+        return run_actor(opts)  # Ctrl-C once joined: run_actor() says goodbye to the learner and returns 0
     except KeyboardInterrupt:
         return 0
 

@@ -21,9 +21,9 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, 
     os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
     rank = os.environ.get("RANK", "0")
     name_process("learner" if rank == "0" else f"learner-rank-{rank}")
-    from learner.main import run  # here, in the child: the launcher itself never imports torch
+    from learner.main import run_learner  # here, in the child: the launcher itself never imports torch
     from learner.report.metrics import exit_process
-    exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
+    exit_process(run_learner(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
 def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
@@ -34,15 +34,15 @@ def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name
     leave_on_sigterm()  # and SIGHUP: leave as on SIGTERM  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
     name_process(name)
     logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from actor.runner import ActorOptions, Deadlines, Wire, run  # here, in the child: the launcher never imports the envs
+    from actor.runner import ActorOptions, Deadlines, Wire, run_actor  # here, in the child: the launcher never imports the envs
     curve = None
     if keys:
         from protocol.security import ClientKeys  # here: zmq's CURVE, only when keys are given
         curve = ClientKeys.load(*keys)
     tell = (lambda reason: refusals.put((name, reason))) if refusals is not None else None
-    sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
-                              deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve), endpoints=endpoints),
-                 on_refused=tell))
+    sys.exit(run_actor(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
+                                    deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve),
+                                    endpoints=endpoints), on_refused=tell))
 
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
@@ -51,5 +51,5 @@ def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
     name_process("eval")
     logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from learner.evaluation.worker import run  # here, in the child: torch, gymnasium
-    sys.exit(run(from_dict(cfg_dict), run_dir, parent_pid))
+    from learner.evaluation.worker import run_evaluator  # here, in the child: torch, gymnasium
+    sys.exit(run_evaluator(from_dict(cfg_dict), run_dir, parent_pid))

@@ -24,12 +24,12 @@ from pathlib import Path
 from launcher.cluster import Cluster
 from launcher.job import external_job, lock_rank, restarted_by_torchrun
 from launcher.restarts import LearnerRestarts, RestartPolicy
-from launcher.rundir import check_fresh, default_run_dir, take_run_dir, undo_refused
+from launcher.take_run_dir import check_fresh, default_run_dir, take_run_dir, undo_refused
 from launcher.stops import StopRequests
 from learner import config_docs
 from learner.config import Config, ConfigError, Device, check_resume, field_docs, load, with_topology
 from learner.lifecycle.process import EXIT_REFUSED
-from learner.lifecycle.rundir import RUN_UMASK, RunDirHeld, refuse_if_held
+from learner.lifecycle.run_lock import RUN_UMASK, RunDirHeld, refuse_if_held
 from protocol.files import WriteFailed
 
 log = logging.getLogger("launch")

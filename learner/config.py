@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
+from learner.model import registry as encoders
 from protocol import compression
 from protocol.messages import FLOAT32_MAX, MAX_ENV_SLOTS
 from protocol.settings import SCHEMA, EnvSettings, Rule, describe
@@ -194,14 +195,12 @@ class PPOConfig(BaseModel):
 class ModelConfig(BaseModel):
     model_config = SCHEMA
 
-    kind: Literal["auto", "cnn", "impala", "mlp"] = "auto"
-    """auto (cnn for images, mlp for vectors) | cnn (the Nature CNN, 512 features) | impala (IMPALA's 15-layer residual CNN, 256 features; about 6x the Nature CNN's compute) | mlp"""
+    kind: Literal[encoders.KINDS] = Field(encoders.AUTO, description=encoders.kind_doc())  # learner/model/registry.py
     hidden: Annotated[int, Field(ge=1, le=65_536)] = 64
     """mlp: width of each of the two tanh layers"""
-    activation: Literal["relu", "elu"] = "relu"
-    """cnn, impala: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
-    normalize_input: bool = False
-    """cnn, impala: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)"""
+    activation: Literal["relu", "elu"] = Field("relu", description=f"{encoders.pixel_kinds()}: the trunk's nonlinearity, "
+                                               "relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)")
+    normalize_input: bool = Field(False, description=f"{encoders.pixel_kinds()}: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)")
 
 
 class NormalizeConfig(BaseModel):

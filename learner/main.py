@@ -20,7 +20,7 @@ import zmq
 
 from learner.config import Config
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
-from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
+from learner.lifecycle.run_lock import RunDirHeld, RunLock, make_private
 from learner.lifecycle.idle import IdleRollouts
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
@@ -61,7 +61,7 @@ def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     atomic_write(run_dir / name, json.dumps(info))
 
 
-def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
+def run_learner(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
     nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)

@@ -1,4 +1,5 @@
-"""The messages actors and the learner exchange, as dataclasses, with their encoding and validation.
+"""The messages actors and the learner exchange, as dataclasses, with their encoding and validation, and
+TABLE: each type's direction, the states it is in turn in and its handler, which every receiver dispatches by.
 
 Data path: Handshake -> Welcome, Starting while the actor builds its envs, then StepReport -> Actions
 repeatedly, Goodbye from either side.
@@ -132,9 +133,72 @@ class Expect:
     """the same for a float observation's every element (cluster.max_abs_obs)"""
 
 
-TYPES = {"handshake": Handshake, "welcome": Welcome, "starting": Starting, "step": StepReport, "actions": Actions,
-         "weights": Weights, "goodbye": Goodbye, "error": Error, "redirect": Redirect}
-NAMES = {cls: name for name, cls in TYPES.items()}
+# Who takes a message, and in which of its states: the learner's view of an actor (its gateway decides), or an
+# actor's view of its learner, or a subscriber of the weights.
+GATEWAY, COLLECTOR, ACTOR, SUBSCRIBER = "gateway", "collector", "actor", "subscriber"
+UNREGISTERED, BUILDING, RUNNING = "unregistered", "building", "running"  # an actor: not joined; welcomed, some group
+                                                                         # without its first report; all reporting
+JOINING, PREPARING, SERVING = "joining", "preparing", "serving"  # an actor's learner: handshake sent; welcomed,
+                                                                 # envs being built; stepping on its actions
+FOLLOWING = "following"  # a subscriber, between weight broadcasts
+LEARNER = frozenset({GATEWAY, COLLECTOR})  # the parts that take what an actor sends
+STATES = (frozenset({UNREGISTERED, BUILDING, RUNNING}), frozenset({JOINING, PREPARING, SERVING}),
+          frozenset({FOLLOWING}))  # each receiver's own
+
+
+@dataclass(frozen=True)
+class Route:
+    """One message type: its name on the wire, its class, the parts that take it (learner/gateway/gateway.py's
+    Gateway, learner/collection/collector.py's Collector, actor/runner.py's Session, the eval worker), the
+    receiver's states in which it is in turn, and the receiver's method that handles it. A message a receiver
+    does not take, or takes in other states, is refused by name (a learner: logged, counted, the sender
+    retired; an actor: logged, dropped); a type not in the table is a ProtocolError at decode."""
+    name: str
+    cls: type
+    by: frozenset[str]
+    when: frozenset[str]
+    handler: str
+
+
+def _route(name: str, cls: type, by: tuple[str, ...], when: set[str], handler: str) -> Route:
+    return Route(name, cls, frozenset(by), frozenset(when), handler)
+
+
+# a message type = one row here, its handler on each part in `by`, and its body's builder in _BUILDERS below
+TABLE = (
+    #       type          class        taken by              in turn while (the receiver's view)      handler
+    _route("handshake",  Handshake,   (GATEWAY,),           {UNREGISTERED, BUILDING, RUNNING},        "on_handshake"),
+    _route("starting",   Starting,    (GATEWAY,),           {BUILDING},                               "on_starting"),
+    _route("step",       StepReport,  (COLLECTOR,),         {BUILDING, RUNNING},                      "on_step"),
+    _route("goodbye",    Goodbye,     (COLLECTOR, ACTOR),   {BUILDING, RUNNING, PREPARING, SERVING},  "on_goodbye"),
+    _route("error",      Error,       (COLLECTOR, ACTOR),   {BUILDING, RUNNING, JOINING, PREPARING, SERVING}, "on_error"),
+    _route("welcome",    Welcome,     (ACTOR,),             {JOINING},                                "on_welcome"),
+    _route("redirect",   Redirect,    (ACTOR,),             {JOINING},                                "on_redirect"),
+    _route("actions",    Actions,     (ACTOR,),             {SERVING},                                "on_actions"),
+    _route("weights",    Weights,     (SUBSCRIBER,),        {FOLLOWING},                              "maybe_evaluate"),
+)
+ROUTES = {r.cls: r for r in TABLE}
+TYPES = {r.name: r.cls for r in TABLE}
+NAMES = {r.cls: r.name for r in TABLE}
+
+
+def turns_for(parts: frozenset[str]) -> dict[type, frozenset[str]]:
+    """{class: the states it is in turn in} for the types `parts` take: a receiver's lookup, made once (a
+    message's check is then one dict lookup and one set membership)."""
+    return {r.cls: r.when for r in TABLE if not r.by.isdisjoint(parts)}
+
+
+def refusal_of(msg, parts: frozenset[str], state: str) -> str | None:
+    """Why a receiver made of `parts` (the learner: LEARNER; an actor: {ACTOR}) may not take `msg` in `state`
+    (None: it may), by the table, naming the message and what is wrong: its direction or its turn."""
+    route = ROUTES[type(msg)]
+    if route.by.isdisjoint(parts):
+        return f"unexpected {route.cls.__name__}: only the {' or the '.join(sorted(route.by))} takes it"
+    if state not in route.when:
+        name = route.cls.__name__
+        side = next((states for states in STATES if state in states), frozenset())
+        return f"{name} while {state} (in turn while {' or '.join(sorted(route.when & side)) or 'never'})"
+    return None
 
 
 def encode(msg, sender: compression.Sender | None = None) -> list:

@@ -52,6 +52,7 @@ class CollectorGateway(Protocol):
     def poll(self, timeout_ms: int) -> list[Incoming]: ...
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool: ...
     def retire(self, entry: ActorEntry, reason: str, tell: bool = True) -> None: ...
+    def refuse(self, entry: ActorEntry, reason: str) -> None: ...
     def take_departed(self) -> list[ActorEntry]: ...
     def check_liveness(self, timeout_s: float) -> None: ...
     def describe(self, limit: int = 8) -> str: ...
@@ -131,6 +132,7 @@ class Collector:
         self.episodes = RecentEpisodes()
         self.counters = RolloutCounters()  # where the rollout's time goes (learner/collection/counters.py)
         self.counts: RolloutCounts | None = None  # the last complete rollout's
+        self.handlers = {r.cls: getattr(self, r.handler) for r in m.TABLE if m.COLLECTOR in r.by}  # type -> method
         self.start_wait = StartWait(self.parked_slots, lambda: self._pump(100), self._waiting_on,
                                     gateway.join_command, s.actor_timeout_s, s.startup_timeout_s,
                                     s.no_actors_timeout_s)
@@ -240,16 +242,29 @@ class Collector:
         for item in items:
             if self.registry.get(item.actor.identity) is not item.actor:
                 continue  # retired later in the same batch (a rejected message): its columns are cut already
-            if isinstance(item.msg, m.StepReport):
-                self._on_report(item.actor, item.msg)
-            else:  # Goodbye or Error: the actor is leaving
-                self.gateway.retire(item.actor, f"said {type(item.msg).__name__.lower()}: {item.msg.reason}",
-                                    tell=False)
+            self.dispatch(item)
         self._infer()
         self.gateway.check_liveness(self.actor_timeout_s)
         self._cut_departed()
 
-    def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
+    def dispatch(self, item: Incoming) -> None:
+        """Hand an admitted message to its handler, the one protocol/messages.py's table names; a type the table
+        does not give the collector is refused by name (logged, counted, its sender retired), never guessed at."""
+        handler = self.handlers.get(type(item.msg))
+        if handler is None:
+            self.gateway.refuse(item.actor, f"unexpected {type(item.msg).__name__}: not the collector's to take")
+        else:
+            handler(item.actor, item.msg)
+
+    def on_goodbye(self, actor: ActorEntry, msg: m.Goodbye | m.Error) -> None:
+        """The actor is leaving: its columns end here."""
+        self.gateway.retire(actor, f"said {type(msg).__name__.lower()}: {msg.reason}", tell=False)
+
+    def on_error(self, actor: ActorEntry, msg: m.Error) -> None:
+        """An error the actor could not get past (its envs' spaces differ, say): it is leaving, as on a goodbye."""
+        self.on_goodbye(actor, msg)
+
+    def on_step(self, actor: ActorEntry, report: m.StepReport) -> None:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
         self.counters.message()

@@ -136,7 +136,7 @@ class Evaluator:
         self.env.close()
 
 
-def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
+def run_evaluator(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unwind: a half-written video is removed
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [eval] %(message)s", datefmt="%H:%M:%S")
-    return run(cfg, run_dir)
+    return run_evaluator(cfg, run_dir)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ log = logging.getLogger("learner")
 
 MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
 MAX_REMEMBERED_RETIREMENTS = 1024  # retired identities whose reason is kept, to tell them why
+GATEWAY_TYPES = frozenset(m.turns_for(frozenset({m.GATEWAY})))  # the types the gateway takes itself (the table's)
 _NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
 
 
@@ -168,17 +169,32 @@ class Gateway:
             return None
         except Exception as exc:  # a decoder bug must cost one message, never the learner
             return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
-        if isinstance(msg, m.Handshake):
-            if entry is not None:
-                self.retire(entry, "handshook again (restarted)", tell=False)
-            return self._handshake(identity, msg, self._remote(frames[1]))
-        if entry is None:
-            return self._unknown(identity, msg)
-        if (why := entry.turns.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
+        # by protocol/messages.py's table; checked here, so a duplicate in one batch is refused too
+        why = m.refusal_of(msg, m.LEARNER, m.UNREGISTERED) if entry is None else entry.turns.out_of_turn(msg)
+        if why is not None:
+            if entry is None:
+                return self._unknown(identity, msg)
             return self._reject(identity, entry, f"out of turn: {why}")
+        if type(msg) in GATEWAY_TYPES:
+            return getattr(self, m.ROUTES[type(msg)].handler)(identity, entry, msg, frames)
         entry.turns.accept(msg)
         self.registry.heard(entry)
-        return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
+        return Incoming(entry, msg)  # the collector's (Collector.dispatch)
+
+    def on_handshake(self, identity: bytes, entry: ActorEntry | None, msg: m.Handshake, frames) -> None:
+        if entry is not None:
+            self.retire(entry, "handshook again (restarted)", tell=False)
+        return self._handshake(identity, msg, self._remote(frames[1]))
+
+    def on_starting(self, identity: bytes, entry: ActorEntry, msg: m.Starting, frames) -> None:
+        """A sign of life while the actor builds its envs: where it stands, for the log; nothing to collect."""
+        entry.turns.accept(msg)
+        self.registry.heard(entry)
+
+    def refuse(self, entry: ActorEntry, reason: str) -> None:
+        """A message the collector cannot take, refused as the gateway refuses one (logged, counted, its sender
+        retired)."""
+        self._reject(entry.identity, entry, reason)
 
     def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
         """Count and log a rejected message. A registered sender is retired at once (its last step is

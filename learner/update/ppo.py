@@ -12,7 +12,6 @@ from learner.config import PPOConfig, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import ValueNormalizer
 
-STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "approx_kl_sq", "clip_fraction", "loss")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
 
 
@@ -22,6 +21,10 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
              start_logprob: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
     there, so that reading them is one host sync per update, not one per statistic and minibatch).
+
+    The statistics are the update's: whatever this returns is averaged over the minibatches and ranks and
+    written to metrics.jsonl under its key (loss_statistics asks this function which there are), so a new
+    statistic is one more entry in `stats`, whose presence may depend on the config and the lag, not the data.
 
     start_logprob (policy lag): the log-probabilities under the policy this update started from (the proximal
     policy). With ppo.lag_decoupled the clipped objective is PPO's decoupled form (Hilton et al. 2021, "Batch size-invariance for
@@ -71,6 +74,13 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         if start_logprob is not None:
             stats["behaviour_kl"] = kl.mean()
     return loss, stats
+
+
+def loss_statistics(cfg: PPOConfig, policy_lag: bool) -> tuple[str, ...]:
+    """The statistics ppo_loss reports under this config, in its order: asked of ppo_loss itself on a
+    two-sample batch, so that no list of them is kept anywhere else."""
+    x = torch.zeros(2)
+    return tuple(ppo_loss(x, x, x, x, x, x, x, cfg, start_logprob=x if policy_lag else None)[1])
 
 
 def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, start_logprob: torch.Tensor | None,
@@ -192,8 +202,7 @@ class PPOUpdater:
         self.value_norm = value_norm  # shared with Inference, which de-normalizes the critic's outputs
         self.beta = cfg.kl_beta
         self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
-        self.loss_keys = (STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())
-                          + (("behaviour_kl",) if policy_lag else ()))  # what ppo_loss reports
+        self.loss_keys = loss_statistics(cfg, policy_lag)  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
 
     def _autocast(self):

@@ -95,8 +95,8 @@ OFFENCES = {  # what the rogue sends, and what the learner's answer must name
     "inf-final": "final_obs must be finite",
     "missing-final": "must list each env truncated and not terminated once",
     "replayed-outcome": "that was not sent actions",
-    "actions": "unexpected Actions from an actor",
-    "starting-late": "Starting after its first reports",
+    "actions": "unexpected Actions: only the actor takes it",
+    "starting-late": "Starting while running (in turn while building)",
 }
 
 

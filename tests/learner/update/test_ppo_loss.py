@@ -281,3 +281,21 @@ def test_an_update_with_a_non_finite_step_is_dropped_and_leaves_every_state_as_i
     later = updater.update(make_batch(model, seed=3), progress=0.0)
     assert "nonfinite_update" not in later and math.isfinite(later["grad_norm"])
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("variant,lag", [("clip", False), ("kl", False), ("clip", True)])
+def test_a_statistic_the_loss_adds_is_averaged_and_returned_unlisted(monkeypatch, variant, lag):
+    """Adding a statistic is one line in ppo_loss: the update asks the loss what it reports (loss_statistics)
+    and averages each over the minibatches like the others (here a constant 2, so its mean is 2)."""
+    from learner.update import ppo
+    plain = ppo.ppo_loss
+
+    def with_one_more(*args, **kwargs):
+        loss, stats = plain(*args, **kwargs)
+        return loss, {**stats, "a_new_statistic": torch.tensor(2.0)}
+    monkeypatch.setattr(ppo, "ppo_loss", with_one_more)
+    model = make_model()
+    updater = PPOUpdater(model, PPOConfig(variant=variant, update_epochs=2, num_minibatches=2), "cpu", policy_lag=lag)
+    stats = updater.update(make_batch(model), progress=0.0)
+    assert stats["a_new_statistic"] == pytest.approx(2.0)
+    assert ("kl_penalty" in stats) == (variant == "kl") and ("behaviour_kl" in stats) == lag

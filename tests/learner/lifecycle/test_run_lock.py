@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, holder, make_private, refuse_if_held
+from learner.lifecycle.run_lock import RunDirHeld, RunLock, default_name, holder, make_private, refuse_if_held
 
 
 def test_default_names_of_runs_started_in_the_same_second_differ():
@@ -40,10 +40,10 @@ def test_looking_at_an_unheld_directory_writes_nothing(tmp_path):
 
 def test_a_learner_run_on_its_own_takes_the_lock_and_is_refused_on_a_held_directory(tmp_path, capsys):
     from learner.config import Config
-    from learner.main import run
+    from learner.main import run_learner
     lock = RunLock(tmp_path)
     try:
-        assert run(Config(), tmp_path, parent_pid=0) == 2
+        assert run_learner(Config(), tmp_path, parent_pid=0) == 2
     finally:
         lock.release()
     err = capsys.readouterr().err
