@@ -20,7 +20,7 @@ import zmq
 
 from learner.config import Config
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
-from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
+from learner.lifecycle.rundir import RunDirForeign, RunDirHeld, RunLock, make_private
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
@@ -63,10 +63,10 @@ def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int 
     nobody to watch, and the learner takes the lock itself). heartbeat: the launcher's shared double, beaten while
     the learner process runs (learner/lifecycle/process.py, ParentWatch)."""
     run_dir = Path(run_dir)
-    make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
+        make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
         lock = None if parent_pid else RunLock(run_dir, env_rank())
-    except RunDirHeld as exc:
+    except (RunDirHeld, RunDirForeign) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from learner.config import Config
 from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import MetricsWriter, append_line, close_quietly
+from protocol.files import open_append
 
 if TYPE_CHECKING:  # annotations only: report/ is the end of the data path
     from learner.advantages.batch import TrainingBatch
@@ -61,7 +62,7 @@ class Reporter:
         """`episodes`: the job's, pooled from every rank; `policy_lag`: the one in effect (0 without)."""
         self.cfg, self.episodes, self.updater, self.world, self.policy_lag = cfg, episodes, updater, world, policy_lag
         self.metrics = MetricsWriter(run_dir, cfg)
-        self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
+        self.episodes_file = open_append(run_dir / "episodes.jsonl", buffering=1)  # every finished episode, raw
 
     def write(self, job: Job, stats: dict, gathered: Gathered, interval: float, state: dict, since: Since,
               serial: dict | None = None) -> None:
