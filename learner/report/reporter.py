@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from learner.config import Config
+from learner.gateway.events import cap_events
 from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import MetricsWriter, append_line, close_quietly
 from protocol.files import open_append
@@ -42,7 +43,7 @@ class Gathered:
     def fields(self, world: int) -> dict:
         """The metrics line's part: the job's totals, and each rank's with several ranks."""
         out = {"actors": sum(self.actors), "env_slots": sum(self.widths), "rejected_messages": self.rejected,
-               "dropped_samples": self.dropped, "events": self.events}
+               "dropped_samples": self.dropped, "events": cap_events(self.events)}
         if self.sums is not None:
             out.update(learners=world, rank_env_slots=self.widths, rank_actors=self.actors,
                        rank_weights_checksums=self.sums)
