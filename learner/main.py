@@ -146,7 +146,7 @@ class Learner:
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
         # normalized observations are not frames: kept whole)
         self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack)
-        self.admission = admission_of(cfg, obs_space)
+        self.admission = admission_of(cfg, spaces)
         self._open_sockets()
         generator = torch.Generator(device=device)
         generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))

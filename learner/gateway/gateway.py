@@ -71,6 +71,7 @@ class Listen:
     max_bytes: int           # the largest message a peer may send
     curve: object | None = None  # protocol.security.ServerKeys, or None
     wake: int | None = None  # a file descriptor whose input ends a poll's wait too (a collector process's pipe)
+    max_queued: int = 1000   # messages held per peer until read (zmq RCVHWM; receive.py derives the run's)
 
 
 def refusal(exc: ProtocolError) -> list:
@@ -90,7 +91,8 @@ class Gateway:
         (the least loaded rank or collector; None: stay here); `warnings`: where rejections are logged (by
         default the learner's log, rate-limited)."""
         max_bytes, curve = listen.max_bytes, listen.curve
-        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve)
+        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve,
+                                               rcvhwm=listen.max_queued)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
         if listen.wake is not None:

@@ -11,7 +11,8 @@ import time
 import pytest
 import zmq
 
-from learner.gateway.admission import Admission
+from learner.config import load
+from learner.lifecycle.preflight import admission_of, learner_spaces
 from protocol import messages as m
 from protocol.transport import connect_dealer
 from tests.integration.cluster import NO_RESTART, launch, metrics, start_actor, stop, kill_group, wait_for
@@ -43,11 +44,14 @@ def test_a_ghost_is_retired_for_its_own_silence_and_its_slots_let_a_waiting_acto
     learner is full; the ghost is retired within its timeout of silence and the extra actor gets in. A greedy
     client claiming 4,092 envs meanwhile is refused with the reason and the learner's memory does not move."""
     run_dir = tmp_path / "ghost"
-    budget = Admission.of(1, 0, 8, (4,), "float32", 32)  # CartPole's rollout columns in a budget of 1 MB
-    ghost_envs = budget.max_envs - 8  # with the run's own 8 slots: every slot of the budget
+    limits = ["cluster.memory_budget_mb=1", "cluster.max_envs_per_actor=200"]  # CartPole's rollouts in 1 MB
+    cfg = load("configs/cartpole.toml", limits)
+    budget = admission_of(cfg, learner_spaces(cfg))  # as the learner counts it: its rollouts, each actor's queue
+    ghost_envs = (budget.budget_bytes - budget.bytes_for(8, 3)) // budget.slot_bytes  # with the run's own 2 actors:
+    assert 100 < ghost_envs <= 200                                                     # every byte of the budget
     proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
-                  "--set", "cluster.actor_timeout_s=2", "--set", "cluster.memory_budget_mb=1",
-                  "--set", f"cluster.max_envs_per_actor={ghost_envs}", "--set", "run.checkpoint_every=1000")
+                  "--set", "cluster.actor_timeout_s=2", *(a for kv in limits for a in ("--set", kv)),
+                  "--set", "run.checkpoint_every=1000")
     ctx, extra = zmq.Context(), None
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
