@@ -5,7 +5,7 @@ run's own messages, and how many wait per peer. Both are zmq's, on the gateway's
   one actor may hold (cluster.max_envs_per_actor, in one group, each env with a final observation too) or its
   handshake (the run's own spaces and env id, a long name, every codec), whichever is larger, with room for
   headers and compression; never above cluster.max_message_mb. A larger message disconnects its sender before
-  zmq allocates it. A CartPole step report of 256 envs is 20 KB: peers could send 64 MB before.
+  zmq allocates it. A CartPole peer may send 24 KB (256 envs): peers could send 64 MB before.
 * RCVHWM (`queued_messages`): messages held per peer until the learner reads them. An actor has at most one step
   report per group (2) and a sign of life waiting; past the mark zmq stops reading from that peer, whose own sends
   wait (nothing is lost). Before: 1,000 per peer, of up to 64 MB each (8 peers took a learner from 0.35 to 4 GB).
