@@ -289,6 +289,110 @@ def flood(run: Run, row: Row) -> None:
         ctx.destroy(linger=0)
 
 
+def handshake_flood(run: Run, row: Row) -> None:
+    """2,000 well-formed handshakes from one identity (issue 60): a few answered, the rest struck until a ban; the
+    log and the metrics lines grow by a bounded amount (before: every one welcomed, two log lines each)."""
+    from protocol import messages as m
+    log_lines = len((run.run_dir / "learner.log").read_text(errors="replace").splitlines())
+    rejected, t0 = run.last().get("rejected_messages", 0), time.monotonic()
+    ctx, sock = _client(run.info("endpoints.json")["address"])
+    try:
+        for _ in range(2000):
+            sock.send_multipart(m.encode(m.Handshake(1, "flood")))
+        row.detected_s = wait(lambda: run.last().get("rejected_messages", 0) - rejected >= 1900, "the flood struck", t0)
+        after = run.last()["update"]
+        row.recovered_s = wait(lambda: run.trained_after(after), "update after the flood", t0)
+    finally:
+        ctx.destroy(linger=0)
+    grown = len((run.run_dir / "learner.log").read_text(errors="replace").splitlines()) - log_lines
+    widest = max(len(json.dumps(r)) for r in run.rows())
+    row.note = f"{grown} log lines, widest metrics line {widest / 1024:.1f} KB"
+    if grown > 200 or widest > 64 << 10:
+        raise Failed(f"the flood cost {grown} log lines, a metrics line of {widest} bytes")
+
+
+def _updates_per_s(rows: list[dict]) -> float:
+    last = rows[-10:]
+    return (last[-1]["update"] - last[0]["update"]) / max(last[-1]["elapsed_s"] - last[0]["elapsed_s"], 1e-9)
+
+
+def _silent_client(address: str, seconds: float, retry_s: float = 2.5) -> int:
+    """A client that joins with 1 env (following a Redirect), sends its first report and never answers, and rejoins
+    as soon as it is retired; told to ask again later, it does after retry_s. Returns its welcomes."""
+    import numpy as np
+    from protocol import messages as m
+    ctx, sock = _client(address)
+    welcomes, deadline = 0, time.monotonic() + seconds
+    try:
+        sock.send_multipart(m.encode(m.Handshake(1, "silent")))
+        while time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            msg = m.decode(sock.recv_multipart())
+            if isinstance(msg, m.Redirect):
+                sock.close(linger=0)
+                sock = connect_dealer(ctx, msg.address, 64 << 20)
+            elif isinstance(msg, m.Welcome):
+                welcomes += 1
+                sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
+                                                          np.zeros(1, bool), np.zeros(1, bool), first=True)))
+                continue
+            elif not (isinstance(msg, m.Error) and msg.rejoin):
+                continue  # actions: never answered
+            elif "probation" in msg.reason:
+                time.sleep(retry_s)  # asking again later, as told: the client's own pace
+            sock.send_multipart(m.encode(m.Handshake(1, "silent")))
+    finally:
+        ctx.destroy(linger=0)
+    return welcomes
+
+
+def silent_rejoin(run: Run, row: Row) -> None:
+    """For 20 s a client joins, falls silent and rejoins at once (issue 60: the run's updates per minute fell from
+    683 to 15, every rollout waiting a whole cluster.actor_timeout_s for it). Survived: a few welcomes, and the run
+    keeps at least a quarter of its pace meanwhile."""
+    before, u, t0 = _updates_per_s(run.rows()), run.last()["update"], time.monotonic()
+    welcomes = []
+    client = threading.Thread(target=lambda: welcomes.append(_silent_client(run.info("endpoints.json")["address"], 20.0)))
+    client.start()
+    try:
+        row.detected_s = wait(lambda: run.event_after(u, "silent left: silent"), "retirement of the silent client", t0)
+    finally:
+        client.join()
+    welcomes = welcomes[0] if welcomes else 0
+    pace = len([r for r in run.rows() if r["update"] > u]) / (time.monotonic() - t0) / max(before, 1e-9)
+    row.note = f"welcomed {welcomes} times in 20 s; {pace:.0%} of the pace before"
+    after = run.last()["update"]
+    row.recovered_s = wait(lambda: run.trained_after(after), "update after the client", t0)
+    if welcomes > 5 or pace < 0.25:
+        raise Failed("the silent client held the run up")
+
+
+def big_flood(run: Run, row: Row) -> None:
+    """8 peers x 8 junk messages of 60 MB, under cluster.max_message_mb (issue 60: a CartPole learner grew from 0.35
+    to 1.16 GB, each peer's queue holding 1,000 messages of up to 64 MB). Survived: the learner and its
+    collectors grow by less than 100 MB (their peak resident memory, VmHWM: no transient peak missed)."""
+    import zmq
+    address, u, t0, pids = run.info("endpoints.json")["address"], run.last()["update"], time.monotonic(), run.server_pids()
+    base = [read_rss_mb(p, "VmHWM") or 0.0 for p in pids]
+    junk, ctx = os.urandom(60 << 20), zmq.Context()
+    try:
+        for _ in range(8):
+            sock = ctx.socket(zmq.DEALER)
+            sock.connect(address)
+            for _ in range(8):
+                sock.send(junk, copy=False)
+            sock.close(linger=int(DEADLINE_S * 1000))  # every message sent (or refused) before term() returns
+    finally:
+        ctx.term()
+    row.detected_s = round(time.monotonic() - t0, 1)  # all sent: nothing to notice, zmq drops such a peer unread
+    row.recovered_s = wait(lambda: run.trained_after(u + 2), "updates after the flood", t0)
+    grown = max((read_rss_mb(p, "VmHWM") or 0.0) - b for p, b in zip(pids, base))
+    row.note = f"the learner or a collector grew {grown:.0f} MB at its peak"
+    if grown > 100:
+        raise Failed(f"the junk grew the learner by {grown:.0f} MB")
+
+
 def out_of_turn(run: Run, row: Row) -> None:
     import numpy as np
     from protocol import messages as m
@@ -454,7 +558,7 @@ FAULTS = {"kill-actor": kill_actor, "stop-actor": stop_actor, "ghost": ghost, "g
           "out-of-turn": out_of_turn, "second-run": second_run, "stop-collector": stop_collector,
           "disk-full": disk_full, "kill-learner": kill_learner, "kill-collector": kill_collector,
           "stop-learner": stop_learner, "huge-reward": huge_reward, "stop-learner-at-start": stop_learner_at_start,
-          "hang-up": hang_up}
+          "hang-up": hang_up, "handshake-flood": handshake_flood, "silent-rejoin": silent_rejoin, "big-flood": big_flood}
 ENDS_THE_RUN = {"hang-up"}  # by design: a run that must reach its budget by itself (the soak) leaves them out
 
 

@@ -26,11 +26,11 @@ TICKS = os.sysconf("SC_CLK_TCK")  # clock ticks per second: the unit of /proc/PI
 
 # ----------------------------------------------------------------------------------------------- /proc
 
-def read_rss_mb(pid: int) -> float | None:
-    """Resident memory (VmRSS) of a process in MB."""
+def read_rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    """Resident memory (VmRSS; VmHWM: its peak since the process started) of a process in MB."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass

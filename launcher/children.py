@@ -12,6 +12,7 @@ from pathlib import Path
 from actor import leave_on_sigterm, name_process
 from learner.config import from_dict
 from learner.lifecycle.process import Heartbeat
+from protocol.files import open_append
 
 
 def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, parent_pid: int, heartbeat=None) -> None:
@@ -33,7 +34,8 @@ def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     leave_on_sigterm()  # and SIGHUP: leave as on SIGTERM  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
     name_process(name)
-    logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=open_append(log_path, buffering=1),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from actor.runner import ActorOptions, Deadlines, Wire, run_actor  # here, in the child: the launcher never imports the envs
     curve = None
     if keys:
@@ -49,7 +51,7 @@ def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
     for sig in (signal.SIGINT, signal.SIGHUP):  # stopped by the launcher (SIGTERM) once the learner is gone
         signal.signal(sig, signal.SIG_IGN)
     name_process("eval")
-    logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
+    logging.basicConfig(level=logging.INFO, stream=open_append(Path(run_dir) / "eval.log", buffering=1),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from learner.evaluation.worker import run_evaluator  # here, in the child: torch, gymnasium
     sys.exit(run_evaluator(from_dict(cfg_dict), run_dir, parent_pid))

@@ -29,7 +29,7 @@ from launcher.stops import StopRequests
 from learner import config_docs
 from learner.config import Config, ConfigError, Device, check_resume, field_docs, load, with_topology
 from learner.lifecycle.process import EXIT_REFUSED
-from learner.lifecycle.run_lock import RUN_UMASK, RunDirHeld, refuse_if_held
+from learner.lifecycle.run_lock import RUN_UMASK, RunDirForeign, RunDirHeld, check_owned, refuse_if_held
 from protocol.files import WriteFailed
 
 log = logging.getLogger("launch")
@@ -93,6 +93,7 @@ def resolve_config(args) -> tuple[Config, Path]:
         overrides.append("log.track=true")
     if args.resume:
         run_dir = Path(args.resume)
+        check_owned(run_dir)  # before reading anything there
         saved = run_dir / "config.toml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.toml there (not a run directory)")
@@ -125,14 +126,14 @@ def main(argv=None, early_signals: list[int] = ()) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg, run_dir, resume = prepare(args)
-    except (ConfigError, RunDirHeld) as exc:
+    except (ConfigError, RunDirHeld, RunDirForeign) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if stops():
         return 0
     try:
         lock, created, saved = take_run_dir(run_dir, cfg)
-    except (RunDirHeld, WriteFailed) as exc:
+    except (RunDirHeld, RunDirForeign, WriteFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
@@ -150,6 +151,7 @@ def prepare(args) -> tuple[Config, Path, bool]:
     cfg = with_topology(cfg)
     check_groups(cfg, cfg.cluster.groups)
     check_learners(cfg)
+    check_owned(run_dir)  # another user's directory, or one in a directory others may write: exit 2, untouched
     refuse_if_held(run_dir, lock_rank())  # before anything else looks at it: the holder's pid, exit 2
     resume = bool(args.resume) or restarted_by_torchrun(run_dir)
     if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:

@@ -18,6 +18,7 @@ import shutil
 import signal
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -116,23 +117,36 @@ class ActorRestarts:
         return self.in_window(slot)
 
 
-def last_update(path: Path) -> int:
-    """The update of the last complete line of a metrics.jsonl (0: none). Reads the file's tail only."""
+def last_update(path: Path, chunk: int = 65536) -> int:
+    """The update of the last complete line of a metrics.jsonl (0: none), however long the lines: the file is
+    read backwards a chunk at a time, only as far as that line's start (a 904 KB line once hid every update
+    from a reader of the last 64 KB)."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(f.tell() - 65536, 0))
-            lines = f.read().splitlines()
+            pos = f.seek(0, os.SEEK_END)
+            pieces: deque[bytes] = deque()  # the line being read backwards, its pieces in file order
+            while pos > 0:
+                step = min(chunk, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step)
+                while (cut := data.rfind(b"\n")) >= 0:
+                    if (update := _update_of(data[cut + 1:] + b"".join(pieces))) is not None:
+                        return update
+                    data, pieces = data[:cut], deque()
+                pieces.appendleft(data)
+            update = _update_of(b"".join(pieces))  # the file's first line
     except OSError:
         return 0
-    for line in reversed(lines):
-        try:
-            update = json.loads(line).get("update")
-        except (ValueError, AttributeError):
-            continue  # a half-written last line
-        if isinstance(update, int):
-            return update
-    return 0
+    return 0 if update is None else update
+
+
+def _update_of(line: bytes) -> int | None:
+    try:
+        update = json.loads(line).get("update")
+    except (ValueError, AttributeError):
+        return None  # a half-written last line, or an empty one
+    return update if isinstance(update, int) else None
 
 
 class DiskSpace:

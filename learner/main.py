@@ -20,7 +20,7 @@ import zmq
 
 from learner.config import Config
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
-from learner.lifecycle.run_lock import RunDirHeld, RunLock, make_private
+from learner.lifecycle.run_lock import RunDirForeign, RunDirHeld, RunLock, make_private
 from learner.lifecycle.idle import IdleRollouts
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
@@ -65,10 +65,10 @@ def run_learner(cfg: Config, run_dir: str | Path, resume: bool = False, parent_p
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
     nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
-    make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
+        make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
         lock = None if parent_pid else RunLock(run_dir, env_rank())
-    except RunDirHeld as exc:
+    except (RunDirHeld, RunDirForeign) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
@@ -153,7 +153,7 @@ class Learner:
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
         # normalized observations are not frames: kept whole)
         self.layout = Layout.of(obs_space, action_space, stack=1 if cfg.normalize.obs else spaces.frame_stack)
-        self.admission = admission_of(cfg, obs_space)
+        self.admission = admission_of(cfg, spaces)
         generator = torch.Generator(device=device)
         generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))
         runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,

@@ -292,6 +292,13 @@ def _get(body: dict, key: str, kind, optional: bool = False):
     return value
 
 
+def printable(text: str, limit: int) -> str:
+    """`text` without control characters (newlines, escapes, bidi overrides, line separators: what could forge a
+    log line or rewrite a terminal), at most `limit` characters: names and reasons a peer sends are logged."""
+    text = text[:4 * limit]
+    return (text if text.isprintable() else "".join(c for c in text if c.isprintable()))[:limit]
+
+
 def _no_arrays(arrays):
     if arrays:
         raise ProtocolError(f"unexpected arrays {sorted(arrays)[:4]}")
@@ -305,7 +312,7 @@ def _handshake(body, arrays, expect):
     if groups not in (1, 2) or num_envs % groups:
         raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
     spaces = {k: None if body.get(k) is None else SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
-    return Handshake(num_envs=num_envs, name=_get(body, "name", str)[:100], groups=groups,
+    return Handshake(num_envs=num_envs, name=printable(_get(body, "name", str), 100), groups=groups,
                      env_id=_get(body, "env_id", str, optional=True),
                      codecs=compression.offered_codecs(body.get("codecs")), **spaces)
 
@@ -426,14 +433,14 @@ def _weights(body, arrays, expect):
 def _text(cls):
     def build(body, arrays, expect):
         _no_arrays(arrays)
-        return cls(reason=_get(body, "reason", str)[:1000])
+        return cls(reason=printable(_get(body, "reason", str), 1000))
     return build
 
 
 def _error(body, arrays, expect):
     _no_arrays(arrays)
     rejoin = _get(body, "rejoin", bool, optional=True)  # absent from older peers' errors
-    return Error(reason=_get(body, "reason", str)[:1000], rejoin=bool(rejoin))
+    return Error(reason=printable(_get(body, "reason", str), 1000), rejoin=bool(rejoin))
 
 
 def _redirect(body, arrays, expect):
@@ -441,7 +448,7 @@ def _redirect(body, arrays, expect):
     address = _get(body, "address", str)
     if not address.startswith(("tcp://", "ipc://")) or len(address) > 512:
         raise ProtocolError(f"redirect: address must be a tcp:// or ipc:// endpoint of at most 512 chars, got {address!r:.80}")
-    return Redirect(address=address, reason=_get(body, "reason", str)[:1000])
+    return Redirect(address=address, reason=printable(_get(body, "reason", str), 1000))
 
 
 _BUILDERS = {"handshake": _handshake, "welcome": _welcome, "starting": _starting, "step": _step, "actions": _actions,

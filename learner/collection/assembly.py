@@ -102,7 +102,9 @@ def assemble(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: Gate
     redirect = setup.redirect_for(registry)
     offer = Offer(spaces.actor_env, spaces.actor_obs_space, spaces.action_space, setup.env_seed, run.generation,
                   run.run_id, c.codec, (c.max_abs_reward, c.max_abs_obs))
-    listen = Listen(setup.ctx, setup.address, c.max_message_mb << 20, setup.curve, setup.wake)
+    receive = setup.admission.receive if setup.admission is not None else None  # the run's own message sizes
+    listen = Listen(setup.ctx, setup.address, receive.message_bytes if receive else c.max_message_mb << 20,
+                    setup.curve, setup.wake, receive.queued_messages if receive else 1000)
     gateway = Gateway(listen, offer, registry=registry, redirect=redirect)
     settings = collector_settings(run.cfg, torch.device(run.device), spaces.frame_stack, in_process)
     collector = Collector(gateway, registry, policy, layout, settings, watchdog=watchdog, link=link,

@@ -22,8 +22,10 @@ from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
 from learner.gateway.admission import AdmissionRefused
+from learner.gateway.events import Events
 from learner.gateway.log_limit import RateLimitedLog
 from learner.gateway.registry import BAN_S, ActorEntry, ActorRegistry
+from learner.gateway.rejoins import HandshakeRate, Probation
 from learner.seeds import slot_env_seed
 
 log = logging.getLogger("learner")
@@ -71,6 +73,7 @@ class Listen:
     max_bytes: int           # the largest message a peer may send
     curve: object | None = None  # protocol.security.ServerKeys, or None
     wake: int | None = None  # a file descriptor whose input ends a poll's wait too (a collector process's pipe)
+    max_queued: int = 1000   # messages held per peer until read (zmq RCVHWM; receive.py derives the run's)
 
 
 def refusal(exc: ProtocolError) -> list:
@@ -90,7 +93,8 @@ class Gateway:
         (the least loaded rank or collector; None: stay here); `warnings`: where rejections are logged (by
         default the learner's log, rate-limited)."""
         max_bytes, curve = listen.max_bytes, listen.curve
-        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve)
+        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve,
+                                               rcvhwm=listen.max_queued)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
         if listen.wake is not None:
@@ -105,11 +109,13 @@ class Gateway:
         self.codec, self.bounds = offer.codec, offer.bounds
         self.rejected = 0
         self.curved = curve is not None
-        self.events: list[str] = []
+        self.events = Events()  # joins, leaves and redirects: logged (repeats summarised), kept for the metrics line
         self.retired: OrderedDict[bytes, str] = OrderedDict()  # identity -> why it was retired (bounded)
+        self.rate, self.probation = HandshakeRate(), Probation()  # when a peer may hand-shake (rejoins.py)
 
     def close(self) -> None:
         self.warnings.flush(everything=True)
+        self.events.flush(everything=True)
         for entry in list(self.registry.by_identity.values()):
             self._send(entry.identity, m.Goodbye("learner shutting down"))
         self.sock.close(linger=1000)  # let the goodbyes leave before the connection drops
@@ -182,6 +188,9 @@ class Gateway:
         return Incoming(entry, msg)  # the collector's (Collector.dispatch)
 
     def on_handshake(self, identity: bytes, entry: ActorEntry | None, msg: m.Handshake, frames) -> None:
+        if not self.rate.allow(identity):  # a flood of well-formed handshakes: struck, then banned
+            self._reject(identity, entry, f"handshake refused: {self.rate.describe()}")
+            return self._answer(identity, m.Error("too many handshakes: wait, then hand-shake again", rejoin=True))
         if entry is not None:
             self.retire(entry, "handshook again (restarted)", tell=False)
         return self._handshake(identity, msg, self._remote(frames[1]))
@@ -260,9 +269,12 @@ class Gateway:
                 self.registry.check_claim(hs.num_envs)
             except AdmissionRefused as exc:
                 problem = str(exc)
+        if problem is None and (deferred := self.probation.why_deferred(identity, hs.name)) is not None:
+            problem, later = deferred, True  # no redirect either: held back from every collector's next rollouts
         if problem is None and self.redirect is not None and (target := self.redirect(hs.num_envs)) is not None:
             self._answer(identity, m.Redirect(target, "the fewest live env slots are there"))
-            self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to {target}")
+            who = hs.name or identity.hex()[:10]
+            self.events.add(who, "redirects", f"actor {who} ({hs.num_envs} envs) sent to {target}")
             return None
         codec = compression.pick(self.codec, hs.codecs, remote)
         if problem is None:
@@ -289,7 +301,8 @@ class Gateway:
         self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
                                        self.obs_space, self.action_space, self.run_id, codec))
         frames = "raw frames" if codec == compression.NONE else f"{codec} frames"
-        self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots}), {frames}")
+        self.events.add(entry.name, "joins", f"actor {entry.name} joined with {len(entry.slots)} envs "
+                                             f"(slots {entry.slots}), {frames}")
         return None
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
@@ -322,7 +335,7 @@ class Gateway:
             if len(self.retired) > MAX_REMEMBERED_RETIREMENTS:
                 self.retired.popitem(last=False)
             self.departed.append(entry)
-            self._event(f"actor {entry.name} left: {reason}")
+            self.events.add(entry.name, "leaves", f"actor {entry.name} left: {reason}")
             if tell:
                 self._answer(entry.identity, m.Error(f"{self.retired[entry.identity]}; hand-shake again to rejoin",
                                                      rejoin=True))
@@ -334,8 +347,10 @@ class Gateway:
 
     def check_liveness(self, timeout_s: float) -> None:
         self.warnings.flush()  # the summaries of repeated warnings that are due
+        self.events.flush()
         for entry in self.registry.overdue(timeout_s):
             self.retire(entry, f"silent for more than {timeout_s:g}s")
+            self.probation.retired_silent(entry.identity, entry.name, timeout_s)  # held back from its next rollouts
 
     def describe(self, limit: int = 8) -> str:
         """The connected actors and where each stands, in one line (the first `limit` named)."""
@@ -346,11 +361,6 @@ class Gateway:
         more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
         return f"{len(entries)} connected: " + "; ".join(named) + more
 
-    def _event(self, text: str) -> None:
-        log.info(text)
-        self.events.append(text)
-
     def take_events(self) -> list[str]:
-        """The joins, leaves and redirects since the last call (the list is emptied: it stays bounded)."""
-        events, self.events = self.events, []
-        return events
+        """The joins, leaves and redirects since the last call (at most events.MAX_EVENTS, then a count of the rest)."""
+        return self.events.take()

@@ -121,7 +121,7 @@ class ActorRegistry:
     def join(self, identity: bytes, name: str, num_envs: int, groups: int, expect: Expect) -> ActorEntry:
         """Assign slots, reusing those of departed actors first so slot ids (and env seeds) stay compact."""
         if self.admission is not None:
-            self.admission.check(num_envs, self.num_slots())  # AdmissionRefused, a ValueError
+            self.admission.check(num_envs, self.num_slots(), len(self.by_identity))  # AdmissionRefused, a ValueError
         if self.num_slots() + num_envs > self.max_envs:
             raise AdmissionRefused(f"joining would exceed the limit of {self.max_envs} env slots", retry=True)
         self.free_slots.sort()

@@ -12,6 +12,7 @@ from actor.envs import describe_spaces, make_env
 from learner.collection import Spaces
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.gateway.admission import Admission, check_run_fits
+from learner.gateway.receive import ReceiveLimits
 from learner.lifecycle.startup import StartupError, starting
 from learner.update.ranks import Ranks
 from protocol.settings import EnvSettings
@@ -68,14 +69,19 @@ def learner_spaces(cfg: Config) -> Spaces:
     return Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
 
 
-def admission_of(cfg: Config, obs_space) -> Admission:
-    """What peers may claim on this rank, from the config and the machine's memory; said in one line, and
-    the run refused at start if its own actors could not fit."""
-    c = cfg.cluster
-    admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs_space.shape,
-                             obs_space.dtype, cfg.ppo.num_steps).split(c.learners)
-    if (why := check_run_fits(admission, cfg.num_envs // c.learners, c.min_envs)) is not None:
+def admission_of(cfg: Config, spaces: Spaces) -> Admission:
+    """What peers may claim on this rank, from the config and the machine's memory, with what each peer's
+    messages may hold before they are read (from the messages of this run's env, receive.py); said in one line,
+    and the run refused at start if its own actors could not fit."""
+    c, obs = cfg.cluster, spaces.obs_space
+    rollouts = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs.shape, obs.dtype,
+                            cfg.ppo.num_steps)
+    receive = ReceiveLimits.of(spaces.actor_obs_space, spaces.action_space, spaces.actor_env.env_id,
+                               rollouts.max_envs_per_actor, c.max_message_mb << 20)
+    admission = rollouts.with_queues(receive).split(c.learners)
+    run_envs, run_actors = cfg.num_envs // c.learners, -(-c.actors // c.learners)
+    if (why := check_run_fits(admission, run_envs, c.min_envs, run_actors)) is not None:
         raise StartupError(why)
-    log.info("%s", admission.describe(cfg.num_envs // c.learners))
+    log.info("%s", admission.describe(run_envs, run_actors))
     return admission
 

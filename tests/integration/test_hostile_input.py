@@ -252,3 +252,44 @@ def test_a_client_reporting_huge_finite_rewards_costs_only_its_own_slots(tmp_pat
     import torch
     saved = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
     assert all(torch.isfinite(v).all() for v in saved["model"].values()), "the weights stayed finite"
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_big_junk_from_many_peers_costs_the_learner_no_memory(tmp_path):
+    """Issue 60, point 6: 8 DEALERs sending 60 MB junk (under cluster.max_message_mb) took a CartPole learner from
+    0.35 to 1.16 GB, up to 4 GB while updates were slow: each peer's queue held 1,000 messages of up to 64 MB.
+    Scaled here: 4 peers x 8 messages of 8 MB during slow updates. Now a CartPole peer may send some 20 KB (zmq
+    drops the connection of a larger one before allocating it) and 4 messages wait per peer; the start-up line
+    counts the queues in the memory budget."""
+    run_dir = tmp_path / "big"
+    proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
+                  "--set", "ppo.update_epochs=50", "--set", "run.checkpoint_every=1000")
+    ctx = zmq.Context()
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        info = json.loads((run_dir / "endpoints.json").read_text())
+        before, junk = _peak_rss_mb(info["pid"]), np.random.default_rng(0).bytes(8 << 20)
+        peers = []
+        for _ in range(4):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(info["address"])
+            peers.append(sock)
+        for _ in range(8):
+            for sock in peers:
+                sock.send(junk, copy=False)
+        n = len(metrics(run_dir))
+        wait_for(lambda: len(metrics(run_dir)) >= n + 1, 120, "one more update", proc)
+        grown = _peak_rss_mb(info["pid"]) - before
+    finally:
+        ctx.destroy(linger=0)
+        out = stop(proc)
+    assert grown < 40, f"the learner's peak memory grew {grown:.0f} MB"
+    assert "and receive queues (" in out and "4 messages of up to" in out, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]

@@ -204,3 +204,18 @@ def test_a_learner_that_had_no_actor_for_the_limit_is_not_restarted():
     from learner.lifecycle.process import EXIT_NO_ACTORS
     verdict = RestartPolicy(limit=3, clock=Clock()).decide(EXIT_NO_ACTORS, progressed=True)
     assert not verdict.restart and "cluster.no_actors_timeout_s" in verdict.why
+
+
+def test_last_update_finds_the_last_complete_line_whatever_its_length(tmp_path):
+    """Issue 60, point 4: after a 904 KB metrics line (16,256 events) last_update(), which read the last 64 KB,
+    returned 0, and launch.py took every restart for one before any update."""
+    path = tmp_path / "metrics.jsonl"
+    events = [f"actor flood joined with 1 envs (slots [{i}])" for i in range(20000)]
+    path.write_text(json.dumps({"update": 7}) + "\n" + json.dumps({"update": 8, "events": events}) + "\n" + '{"upd')
+    assert path.stat().st_size > 900_000
+    assert last_update(path) == 8
+    assert last_update(path, chunk=7) == 8  # lines and newlines cut anywhere by the chunks
+    path.write_text(json.dumps({"update": 3, "events": events}))  # the file's only line, no newline yet
+    assert last_update(path, chunk=4096) == 3
+    path.write_text("\n\n")
+    assert last_update(path) == 0

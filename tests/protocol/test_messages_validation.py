@@ -388,3 +388,12 @@ def test_an_env_terminated_and_truncated_at_once_sends_no_final_observation(pt):
 def test_starting_counts(built, total, pt):
     frames = pt.raw_message("starting", {"built": built, "total": total})
     rejects(frames, None, "starting: need 0 <= built <= total <= 4096")
+
+
+def test_names_and_reasons_arrive_without_control_characters():
+    """Issue 60, point 4: what a peer names itself, or gives as a reason, is logged: no newline may forge a line."""
+    hs = m.decode(m.encode(m.Handshake(1, "a\nb\r\x1b[31m\u2028c\u202e" + "d" * 200)))
+    assert hs.name == "ab[31mc" + "d" * 93 and len(hs.name) == 100
+    bye = m.decode(m.encode(m.Goodbye("done\n12:00:00 ERROR forged")))
+    assert bye.reason == "done12:00:00 ERROR forged"
+    assert m.decode(m.encode(m.Error("x\ty", rejoin=True))).reason == "xy"

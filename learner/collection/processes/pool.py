@@ -36,6 +36,7 @@ from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
+from learner.gateway.events import cap_events
 from learner.gateway.gateway import join_command
 from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.gateway.placement import advertised_address
@@ -202,7 +203,7 @@ class CollectorPool(Collection):
         for shard in shards:
             for ret, length in shard.episodes:
                 self.episodes.add(ret, length)
-            self.events.extend(shard.events)
+            self.events = cap_events(self.events + shard.events)  # bounded until the update takes them
             self.latest[shard.collector] = shard
         return merge_shards(shards, self.num_steps, self.layout, self.link.device, self.link, rows)
 

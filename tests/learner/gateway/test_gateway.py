@@ -310,15 +310,21 @@ def test_starting_messages_are_signs_of_life_not_reports(loopback):
 
 def test_a_peer_that_keeps_misbehaving_is_banned_for_a_while(loopback):
     from learner.gateway.registry import BAN_S, MAX_STRIKES
+    from learner.gateway.rejoins import HANDSHAKE_BURST
     gateway = loopback.gateway
     rogue = loopback.peer(identity=b"rogue")
     for strike in range(MAX_STRIKES):  # each time: join, misbehave, be retired; strikes add up across rejoins
-        loopback.join(rogue)
-        rogue.send_multipart(report())  # an outcome before any first report
+        if strike < HANDSHAKE_BURST:
+            loopback.join(rogue)
+            rogue.send_multipart(report())  # an outcome before any first report
+        else:  # past its handshakes at once (issue 60): each further one is refused, a strike of its own
+            rogue.send_multipart(m.encode(m.Handshake(2, "a")))
         loopback.drain(lambda: gateway.rejected == strike + 1, f"strike {strike + 1}")
         assert len(gateway.registry) == 0
-        if strike < MAX_STRIKES - 1:
+        if strike < HANDSHAKE_BURST:
             told_to_rejoin(rogue)
+        elif strike < MAX_STRIKES - 1:
+            assert "too many handshakes" in m.decode(rogue.recv_multipart()).reason
     assert gateway.registry.is_banned(b"rogue")
     rogue.send_multipart(m.encode(m.Handshake(2, "again")))
     loopback.drain(lambda: gateway.rejected > MAX_STRIKES or len(gateway.registry) > 0, "the banned handshake")
@@ -370,3 +376,67 @@ def test_a_flood_of_5000_malformed_messages_adds_a_few_dozen_log_lines(loopback,
     assert len(lines) <= MAX_LINES + 1, "\n".join(lines)  # one window: a few dozen in all at most
     assert lines[0].startswith("rejected message from peer ")
     assert any("held back" in line for line in lines), "what was held back is told"
+
+
+# --- issue 60, point 4: well-formed floods bounded like malformed ones -------------------------------------------
+
+def test_a_flood_of_handshakes_from_one_peer_is_struck_and_banned_in_a_few_lines(wire, caplog):
+    """Before: 20,000 handshakes from one identity were all welcomed (a leave and a join each: 40,046 log lines,
+    one metrics line of 16,256 events). Here 2,000: a handful welcomed, the rest struck until the ban."""
+    from learner.gateway.events import MAX_EVENTS
+    from learner.gateway.rejoins import HANDSHAKE_BURST
+    gateway, peer = wire
+    flooder = peer()
+    caplog.set_level(logging.INFO, logger="learner")
+    for _ in range(2000):
+        flooder.send_multipart(m.encode(m.Handshake(1, "flood")))
+    deadline = time.monotonic() + 30
+    while gateway.rejected < 2000 - HANDSHAKE_BURST:  # every handshake past the burst: struck, then dropped banned
+        assert time.monotonic() < deadline, f"{gateway.rejected} rejected"
+        gateway.poll(100)
+    welcomes = 0
+    while (frames := recv_frames(flooder, 0)) is not None:
+        welcomes += isinstance(m.decode(frames), m.Welcome)
+    assert welcomes == HANDSHAKE_BURST and len(gateway.registry) <= 1
+    assert len(gateway.registry.bans) == 1, "banned"
+    events = gateway.take_events()
+    assert len(events) <= MAX_EVENTS + 1 and sum("joined" in e for e in events) == HANDSHAKE_BURST
+    gateway.close()
+    assert len(caplog.records) <= 2 * MAX_LINES + 4, [r.getMessage() for r in caplog.records]
+
+
+def test_a_name_cannot_forge_a_log_line(wire, caplog):
+    """Before: a name holding a newline wrote '... ERROR the learner (learner-0) was killed by SIGKILL' as a line
+    of its own into learner.log and the console."""
+    gateway, peer = wire
+    caplog.set_level(logging.INFO, logger="learner")
+    forger = peer()
+    forger.send_multipart(m.encode(m.Handshake(2, "x\n02:00:00 ERROR the learner (learner-0) was killed by SIGKILL\x1b[2J")))
+    assert gateway.poll(1000) == []
+    (entry,) = gateway.registry.by_identity.values()
+    assert entry.name == "x02:00:00 ERROR the learner (learner-0) was killed by SIGKILL[2J"
+    assert all("\n" not in r.getMessage() and "\x1b" not in r.getMessage() for r in caplog.records)
+
+
+# --- issue 60, point 5: a peer retired for silence is held back -------------------------------------------------
+
+def test_a_peer_retired_for_silence_is_deferred_on_probation_under_its_identity_or_its_name(wire):
+    """Before: a client that joined, sent its first report and fell silent rejoined at once, every time, and each
+    rollout waited a whole actor_timeout_s for it again. Now it is told to ask again later; so is its name on a new
+    socket; another peer is welcome."""
+    gateway, peer = wire
+    ghost = peer()
+    join(gateway, ghost)
+    (entry,) = gateway.registry.by_identity.values()
+    entry.last_seen -= 10  # silent for 10 s, owing its first report
+    gateway.check_liveness(5.0)
+    assert len(gateway.registry) == 0 and told_to_rejoin(ghost)
+    for sock in (ghost, peer()):  # the same socket, and the same name on a new one
+        sock.send_multipart(m.encode(m.Handshake(2, "a")))
+        assert gateway.poll(1000) == [] and len(gateway.registry) == 0
+        answer = reply(sock)
+        assert isinstance(answer, m.Error) and answer.rejoin and "on probation for 10 s more" in answer.reason, answer
+    assert gateway.rejected == 0, "a deferral is no strike"
+    other = peer()
+    other.send_multipart(m.encode(m.Handshake(2, "b")))
+    assert gateway.poll(1000) == [] and isinstance(reply(other), m.Welcome)
