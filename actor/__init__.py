@@ -16,9 +16,12 @@ def name_process(title: str) -> None:
 
 
 def leave_on_sigterm() -> None:
-    """SIGTERM (a supervisor, a job's time limit, `kill`) stops an actor like Ctrl-C does: it says goodbye
-    to the learner, which then logs a departure instead of a peer lost ('unreachable'), and exits 0."""
-    def interrupt(*_):
-        raise KeyboardInterrupt("SIGTERM")
+    """SIGTERM (a supervisor, a job's time limit, `kill`) and SIGHUP (its terminal closed) stop an actor like
+    Ctrl-C does: it says goodbye to the learner, which then logs a departure instead of a peer lost
+    ('unreachable'), and exits 0. A SIGHUP held blocked since launch.py started it is taken now."""
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    signal.signal(signal.SIGTERM, interrupt)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})

@@ -38,6 +38,9 @@ def parse_args(argv=None):
         p.error(f"--envs must be in [1, {MAX_ENV_SLOTS}], got {args.envs}")
     if args.envs % args.groups:
         p.error(f"--envs ({args.envs}) must be divisible by --groups ({args.groups})")
+    if not args.name.isprintable() or len(args.name) > 100:
+        p.error(f"--name must be at most 100 printable characters (no newlines or other control characters), "
+                f"got {args.name!r:.120}")
     if args.reconnect_s < 0:
         p.error(f"--reconnect-s must be >= 0, got {args.reconnect_s}")
     for key in ("join_timeout_s", "learner_timeout_s"):
@@ -65,8 +68,8 @@ def main(argv=None) -> int:
         leave_on_sigterm()
         opts = parse_args(argv)
         name_process(f"actor {opts.name}")
-        from actor.runner import run  # (see ActorOptions above)
-        return run(opts)  # Ctrl-C once joined: run() says goodbye to the learner and returns 0
+        from actor.runner import run_actor  # (see ActorOptions above)
+        return run_actor(opts)  # Ctrl-C once joined: run_actor() says goodbye to the learner and returns 0
     except KeyboardInterrupt:
         return 0
 

@@ -28,6 +28,7 @@ log = logging.getLogger("actor")
 HEARTBEAT_S = 1.0  # while building its envs, an actor tells the learner it is alive this often
 GOODBYE_GRACE_S = 1.0  # Ctrl-C: connected this long after the goodbye, for actions already on their way
 BUSY_GIVE_UP_S = 600.0  # a learner that keeps saying it is full for this long: the actor gives up
+ACTOR_PARTS = frozenset({m.ACTOR})  # what protocol/messages.py's table calls this side
 
 
 class LearnerGone(Exception):
@@ -108,15 +109,15 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
     goodbye. Returns the goodbye reason. `envs` outlives the session."""
     sock = connect_dealer(ctx, address or opts.learner, opts.wire.max_message_mb << 20, curve=opts.wire.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    session = Session(sock, envs, opts)
     try:
         sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups, codecs=opts.wire.codecs)))
-        welcome = _await_welcome(sock, opts)
-        senders = [None if welcome.codec == compression.NONE else compression.Sender(welcome.codec)
-                   for _ in range(opts.groups)]
+        welcome = _await_welcome(sock, session)
         joined.append(welcome.run_id)
         early = _prepare(sock, envs, welcome, opts)
         if early is not None:  # the learner spoke while the envs were being built
-            return _answer_early(sock, early)
+            if (reason := session.dispatch(early, m.PREPARING)) is not None:
+                return reason
         k = opts.num_envs // opts.groups
         space = envs.groups[0].space
         expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=welcome.obs_space.shape,
@@ -126,8 +127,8 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
         log.info("actor %s joined as id %d with slots %s (frames: %s)", opts.name, welcome.actor_id, welcome.slots,
                  welcome.codec)
         for g, group in enumerate(envs.groups):
-            sock.send_multipart(m.encode(group.first_report(g), senders[g]))
-        return _serve(sock, monitor, envs.groups, senders, expect, opts)
+            sock.send_multipart(m.encode(group.first_report(g), session.senders[g]))
+        return _serve(sock, monitor, session, expect, opts)
     except KeyboardInterrupt as exc:
         if joined:  # the learner knows us: it logs a departure, not a peer lost
             _say_goodbye(sock, f"interrupted ({_signal_name(exc)})")
@@ -136,6 +137,58 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
         sock.disable_monitor()
         monitor.close()
         sock.close()
+
+
+class Session:
+    """One connection's handlers of the learner's messages, which protocol/messages.py's table names (its
+    rows taken by ACTOR): dispatch(msg, state) calls the row's handler, which returns what ends the wait (the
+    Welcome, a goodbye's reason), None to go on, or raises (refused, retired, full, redirected). A message the
+    table does not give an actor in `state` is dropped, never acted on, but not silently: logged by name (the
+    first of each type and state in full) and counted in `unexpected`."""
+
+    def __init__(self, sock, envs: ActorEnvs, opts: ActorOptions):
+        self.sock, self.envs, self.opts = sock, envs, opts
+        self.senders: list = []  # per group: its frames' compressor (None: raw), as the Welcome agreed
+        self.unexpected = 0
+        self._told: set[tuple[type, str]] = set()
+
+    def dispatch(self, msg, state: str):
+        if (why := m.refusal_of(msg, ACTOR_PARTS, state)) is not None:
+            self.unexpected += 1
+            if (type(msg), state) not in self._told:
+                self._told.add((type(msg), state))
+                log.warning("actor %s: ignoring a message from the learner: %s", self.opts.name, why)
+            return None
+        return getattr(self, m.ROUTES[type(msg)].handler)(msg, state)
+
+    def on_welcome(self, msg: m.Welcome, state: str) -> m.Welcome:
+        if len(msg.slots) != self.opts.num_envs:
+            raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {self.opts.num_envs} envs")
+        if msg.codec != compression.NONE and msg.codec not in self.opts.wire.codecs:
+            raise Refused(f"the learner picked frame codec {msg.codec!r:.20}, which this actor did not offer "
+                          f"({self.opts.wire.codecs})")
+        self.senders = [None if msg.codec == compression.NONE else compression.Sender(msg.codec)
+                        for _ in range(self.opts.groups)]
+        return msg
+
+    def on_redirect(self, msg: m.Redirect, state: str):
+        raise Redirected(msg.address, msg.reason)
+
+    def on_error(self, msg: m.Error, state: str):
+        """rejoin: before a welcome, the learner is full for now (ask again later); after it, this actor was
+        retired (hand-shake again). Else a refusal that retrying would not change."""
+        if not msg.rejoin:
+            raise Refused(msg.reason)
+        raise Busy(msg.reason) if state == m.JOINING else Retired(msg.reason)
+
+    def on_goodbye(self, msg: m.Goodbye, state: str) -> str:
+        return msg.reason
+
+    def on_actions(self, msg: m.Actions, state: str) -> None:
+        # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy bookkeeping
+        # costs more than copying a few hundred KB
+        report = self.envs.groups[msg.group].step(msg.group, msg.actions)
+        self.sock.send_multipart(m.encode(report, self.senders[msg.group]))
 
 
 def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
@@ -176,14 +229,6 @@ def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
     return early
 
 
-def _answer_early(sock, msg) -> str:
-    if isinstance(msg, m.Goodbye):
-        return msg.reason
-    if isinstance(msg, m.Error):
-        raise Retired(msg.reason) if msg.rejoin else Refused(msg.reason)
-    raise ProtocolError(f"unexpected {type(msg).__name__} before the first step report")
-
-
 def _say_goodbye(sock, reason: str) -> None:
     """Send a goodbye, then stay connected for up to GOODBYE_GRACE_S, dropping what arrives: actions the
     learner sent before it read the goodbye must find us there, or it logs a peer lost ('unreachable')."""
@@ -197,7 +242,7 @@ def _say_goodbye(sock, reason: str) -> None:
             sock.recv_multipart()
 
 
-def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expect, opts: ActorOptions) -> str:
+def _serve(sock, monitor, session: Session, expect: m.Expect, opts: ActorOptions) -> str:
     """Step on every Actions message until goodbye. Every report owed has been sent whenever this
     waits, so a learner silent past learner_timeout_s is stalled or gone, never merely waiting on us."""
     poller = zmq.Poller()
@@ -216,36 +261,19 @@ def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expec
             continue
         last_heard = time.monotonic()
         msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
-        if isinstance(msg, m.Actions):
-            # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy
-            # bookkeeping costs more than copying a few hundred KB
-            sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions), senders[msg.group]))
-        elif isinstance(msg, m.Goodbye):
-            return msg.reason
-        elif isinstance(msg, m.Error):
-            raise Retired(msg.reason) if msg.rejoin else Refused(msg.reason)
+        if (reason := session.dispatch(msg, m.SERVING)) is not None:
+            return reason
 
 
-def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
+def _await_welcome(sock, session: Session) -> m.Welcome:
+    opts = session.opts
     deadline = time.monotonic() + opts.deadlines.welcome_timeout_s
     while time.monotonic() < deadline:
         if not parent_alive(opts.parent_pid):
             raise LearnerGone("launcher gone before the learner answered")
         frames = recv_frames(sock, 500)
-        if frames is None:
-            continue
-        msg = m.decode(frames)
-        if isinstance(msg, m.Welcome):
-            if len(msg.slots) != opts.num_envs:
-                raise ProtocolError(f"welcome assigns {len(msg.slots)} slots for {opts.num_envs} envs")
-            if msg.codec != compression.NONE and msg.codec not in opts.wire.codecs:
-                raise Refused(f"the learner picked frame codec {msg.codec!r:.20}, which this actor did not offer "
-                              f"({opts.wire.codecs})")
-            return msg
-        if isinstance(msg, m.Error):  # "rejoin" before a welcome: full for now, ask again later
-            raise Busy(msg.reason) if msg.rejoin else Refused(msg.reason)
-        if isinstance(msg, m.Redirect):
-            raise Redirected(msg.address, msg.reason)
+        if frames is not None and (welcome := session.dispatch(m.decode(frames), m.JOINING)) is not None:
+            return welcome
     raise LearnerGone(f"no answer from {sock.getsockopt_string(zmq.LAST_ENDPOINT) or opts.learner} within "
                       f"{opts.deadlines.welcome_timeout_s:g}s")
 
@@ -260,7 +288,7 @@ def _ask_again_later(opts: ActorOptions, exc: Busy, busy_since: float, backoff: 
     return True
 
 
-def run(opts: ActorOptions, on_refused=None) -> int:
+def run_actor(opts: ActorOptions, on_refused=None) -> int:
     """Join, and rejoin with backoff while reconnect_s allows; rejoin at once when retired.
 
     An actor that never heard from a learner gives up after one welcome_timeout_s (nothing is there to
@@ -322,10 +350,10 @@ def run(opts: ActorOptions, on_refused=None) -> int:
 
 
 def _leave(envs, ctx) -> None:
-    """Close the envs and the sockets with SIGINT and SIGTERM ignored: leaving anyway (a supervisor's SIGTERM
-    after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback)."""
+    """Close the envs and the sockets with SIGINT, SIGTERM and SIGHUP ignored: leaving anyway (a supervisor's
+    SIGTERM after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback)."""
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
     envs.close()
     ctx.term()

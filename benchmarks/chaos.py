@@ -1,6 +1,6 @@
 """Fault injection (issue 32): one small CartPole training run taken through a scripted sequence of faults.
 
-    python benchmarks/chaos.py                                  # every fault, about 6 minutes on 2 cores
+    python benchmarks/chaos.py                                  # every fault, about 8 minutes on 2 cores
     python benchmarks/chaos.py --faults kill-actor,ghost,greedy # a subset, in the order given
 
 The run: configs/cartpole.toml (2 actors x 4 envs) with 2 collector processes, cluster.actor_timeout_s=2 and a
@@ -289,6 +289,110 @@ def flood(run: Run, row: Row) -> None:
         ctx.destroy(linger=0)
 
 
+def handshake_flood(run: Run, row: Row) -> None:
+    """2,000 well-formed handshakes from one identity (issue 60): a few answered, the rest struck until a ban; the
+    log and the metrics lines grow by a bounded amount (before: every one welcomed, two log lines each)."""
+    from protocol import messages as m
+    log_lines = len((run.run_dir / "learner.log").read_text(errors="replace").splitlines())
+    rejected, t0 = run.last().get("rejected_messages", 0), time.monotonic()
+    ctx, sock = _client(run.info("endpoints.json")["address"])
+    try:
+        for _ in range(2000):
+            sock.send_multipart(m.encode(m.Handshake(1, "flood")))
+        row.detected_s = wait(lambda: run.last().get("rejected_messages", 0) - rejected >= 1900, "the flood struck", t0)
+        after = run.last()["update"]
+        row.recovered_s = wait(lambda: run.trained_after(after), "update after the flood", t0)
+    finally:
+        ctx.destroy(linger=0)
+    grown = len((run.run_dir / "learner.log").read_text(errors="replace").splitlines()) - log_lines
+    widest = max(len(json.dumps(r)) for r in run.rows())
+    row.note = f"{grown} log lines, widest metrics line {widest / 1024:.1f} KB"
+    if grown > 200 or widest > 64 << 10:
+        raise Failed(f"the flood cost {grown} log lines, a metrics line of {widest} bytes")
+
+
+def _updates_per_s(rows: list[dict]) -> float:
+    last = rows[-10:]
+    return (last[-1]["update"] - last[0]["update"]) / max(last[-1]["elapsed_s"] - last[0]["elapsed_s"], 1e-9)
+
+
+def _silent_client(address: str, seconds: float, retry_s: float = 2.5) -> int:
+    """A client that joins with 1 env (following a Redirect), sends its first report and never answers, and rejoins
+    as soon as it is retired; told to ask again later, it does after retry_s. Returns its welcomes."""
+    import numpy as np
+    from protocol import messages as m
+    ctx, sock = _client(address)
+    welcomes, deadline = 0, time.monotonic() + seconds
+    try:
+        sock.send_multipart(m.encode(m.Handshake(1, "silent")))
+        while time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            msg = m.decode(sock.recv_multipart())
+            if isinstance(msg, m.Redirect):
+                sock.close(linger=0)
+                sock = connect_dealer(ctx, msg.address, 64 << 20)
+            elif isinstance(msg, m.Welcome):
+                welcomes += 1
+                sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
+                                                          np.zeros(1, bool), np.zeros(1, bool), first=True)))
+                continue
+            elif not (isinstance(msg, m.Error) and msg.rejoin):
+                continue  # actions: never answered
+            elif "probation" in msg.reason:
+                time.sleep(retry_s)  # asking again later, as told: the client's own pace
+            sock.send_multipart(m.encode(m.Handshake(1, "silent")))
+    finally:
+        ctx.destroy(linger=0)
+    return welcomes
+
+
+def silent_rejoin(run: Run, row: Row) -> None:
+    """For 20 s a client joins, falls silent and rejoins at once (issue 60: the run's updates per minute fell from
+    683 to 15, every rollout waiting a whole cluster.actor_timeout_s for it). Survived: a few welcomes, and the run
+    keeps at least a quarter of its pace meanwhile."""
+    before, u, t0 = _updates_per_s(run.rows()), run.last()["update"], time.monotonic()
+    welcomes = []
+    client = threading.Thread(target=lambda: welcomes.append(_silent_client(run.info("endpoints.json")["address"], 20.0)))
+    client.start()
+    try:
+        row.detected_s = wait(lambda: run.event_after(u, "silent left: silent"), "retirement of the silent client", t0)
+    finally:
+        client.join()
+    welcomes = welcomes[0] if welcomes else 0
+    pace = len([r for r in run.rows() if r["update"] > u]) / (time.monotonic() - t0) / max(before, 1e-9)
+    row.note = f"welcomed {welcomes} times in 20 s; {pace:.0%} of the pace before"
+    after = run.last()["update"]
+    row.recovered_s = wait(lambda: run.trained_after(after), "update after the client", t0)
+    if welcomes > 5 or pace < 0.25:
+        raise Failed("the silent client held the run up")
+
+
+def big_flood(run: Run, row: Row) -> None:
+    """8 peers x 8 junk messages of 60 MB, under cluster.max_message_mb (issue 60: a CartPole learner grew from 0.35
+    to 1.16 GB, each peer's queue holding 1,000 messages of up to 64 MB). Survived: the learner and its
+    collectors grow by less than 100 MB (their peak resident memory, VmHWM: no transient peak missed)."""
+    import zmq
+    address, u, t0, pids = run.info("endpoints.json")["address"], run.last()["update"], time.monotonic(), run.server_pids()
+    base = [read_rss_mb(p, "VmHWM") or 0.0 for p in pids]
+    junk, ctx = os.urandom(60 << 20), zmq.Context()
+    try:
+        for _ in range(8):
+            sock = ctx.socket(zmq.DEALER)
+            sock.connect(address)
+            for _ in range(8):
+                sock.send(junk, copy=False)
+            sock.close(linger=int(DEADLINE_S * 1000))  # every message sent (or refused) before term() returns
+    finally:
+        ctx.term()
+    row.detected_s = round(time.monotonic() - t0, 1)  # all sent: nothing to notice, zmq drops such a peer unread
+    row.recovered_s = wait(lambda: run.trained_after(u + 2), "updates after the flood", t0)
+    grown = max((read_rss_mb(p, "VmHWM") or 0.0) - b for p, b in zip(pids, base))
+    row.note = f"the learner or a collector grew {grown:.0f} MB at its peak"
+    if grown > 100:
+        raise Failed(f"the junk grew the learner by {grown:.0f} MB")
+
+
 def out_of_turn(run: Run, row: Row) -> None:
     import numpy as np
     from protocol import messages as m
@@ -401,10 +505,61 @@ def kill_learner(run: Run, row: Row) -> None:
     restarted(run, row, before, t0, pid)
 
 
+def huge_reward(run: Run, row: Row) -> None:
+    """Issue 60: a client that plays by the rules with one env but reports rewards of 3.3e38 (finite in float32;
+    they overflowed GAE and ended the run). It must be refused naming the bound, and the run train on."""
+    import numpy as np
+    from protocol import messages as m
+    with _welcomed(run, 1, "huge") as (sock, u, t0):
+        sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
+                                                  np.zeros(1, bool), np.zeros(1, bool), first=True)))
+        while isinstance(answer := _answer(sock), m.Actions):
+            sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.full(1, 3.3e38, np.float32),
+                                                      np.zeros(1, bool), np.zeros(1, bool))))
+        if not isinstance(answer, m.Error) or "cluster.max_abs_reward" not in answer.reason:
+            raise Failed(f"rewards of 3.3e38 answered {answer!r:.120}")
+        row.detected_s, row.note = round(time.monotonic() - t0, 1), "refused: cluster.max_abs_reward"
+        row.recovered_s = wait(lambda: run.trained_after(u), "update after the refusal", t0)
+
+
+def stop_learner_at_start(run: Run, row: Row) -> None:
+    """Issue 60: a learner SIGSTOPped as soon as it starts (before its first heartbeat) hung launch.py for ever.
+    Here the learner is killed (-9), and its replacement stopped as soon as processes.json names it: launch.py
+    must kill that one past run.learner_silent_s, counted from its spawn, and restart it again."""
+    before, old, t0 = run.last(), run.info("endpoints.json")["pid"], time.monotonic()
+    kill(old, signal.SIGKILL)
+    wait(lambda: run.info("processes.json").get("learner") not in (None, old) or not run.live(), "a new learner", t0,
+         timeout=120)
+    new = run.info("processes.json").get("learner")
+    if new not in (None, old):
+        os.kill(new, signal.SIGSTOP)
+    row.detected_s = wait(lambda: "gave no sign of life" in run.console(), "the stopped learner named", t0,
+                          timeout=LEARNER_SILENT_S + DEADLINE_S)
+    restarted(run, row, before, t0, new)
+
+
+def hang_up(run: Run, row: Row) -> None:
+    """Issue 60: SIGHUP to every process of the run, as a closed terminal sends it (it killed them all at once,
+    exit 129, no final checkpoint). The run must end as on SIGTERM: a final checkpoint of its last update, exit
+    0; ready() then resumes it."""
+    t0 = time.monotonic()
+    os.killpg(run.proc.pid, signal.SIGHUP)
+    row.detected_s = wait(lambda: not run.live(), "the end of the run", t0)
+    last, kept = run.last()["update"], newest_checkpoint(run.run_dir)
+    row.updates_lost = max(0, last - kept)
+    if run.proc.returncode != 0 or kept != last:
+        raise Failed(f"the hang-up ended the run with exit {run.proc.returncode}, checkpoint {kept} of update {last}")
+    row.note = "exit 0, final checkpoint; resumed"
+    ready(run)
+    row.recovered_s = round(time.monotonic() - t0, 1)
+
+
 FAULTS = {"kill-actor": kill_actor, "stop-actor": stop_actor, "ghost": ghost, "greedy": greedy, "flood": flood,
           "out-of-turn": out_of_turn, "second-run": second_run, "stop-collector": stop_collector,
           "disk-full": disk_full, "kill-learner": kill_learner, "kill-collector": kill_collector,
-          "stop-learner": stop_learner}
+          "stop-learner": stop_learner, "huge-reward": huge_reward, "stop-learner-at-start": stop_learner_at_start,
+          "hang-up": hang_up, "handshake-flood": handshake_flood, "silent-rejoin": silent_rejoin, "big-flood": big_flood}
+ENDS_THE_RUN = {"hang-up"}  # by design: a run that must reach its budget by itself (the soak) leaves them out
 
 
 # ----------------------------------------------------------------------------------------------- main

@@ -34,8 +34,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from chaos import (FAULTS, RUN_SETTINGS, Failed, Row, Run, mount_tmpfs, print_row, run_fault,  # noqa: E402
-                   wait)
+from chaos import (ENDS_THE_RUN, FAULTS, RUN_SETTINGS, Failed, Row, Run, mount_tmpfs, print_row,  # noqa: E402
+                   run_fault, wait)
 from procfs import read_rss_mb  # noqa: E402
 
 SLOTS = 8
@@ -84,7 +84,8 @@ def server_rss_mb(run: Run) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0, help="how long the run lasts, about (default 30)")
-    p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated, drawn from at random (default: all)")
+    p.add_argument("--faults", default=",".join(f for f in FAULTS if f not in ENDS_THE_RUN),
+                   help="comma-separated, drawn from at random (default: all but those that end the run, hang-up)")
     p.add_argument("--gap-s", default="20,60", help="seconds between two faults, drawn between these bounds")
     p.add_argument("--seed", type=int, default=0, help="the draws of faults and gaps")
     p.add_argument("--first-after-s", type=float, default=60.0, help="training before the first fault")
@@ -92,8 +93,8 @@ def main(argv=None) -> int:
     p.add_argument("--quiet-s", type=float, default=QUIET_S, help="the run's last seconds with no new fault (default 60)")
     args = p.parse_args(argv)
     names = [f for f in args.faults.split(",") if f]
-    if unknown := [f for f in names if f not in FAULTS]:
-        p.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
+    if unknown := [f for f in names if f not in FAULTS or f in ENDS_THE_RUN]:
+        p.error(f"unknown faults {unknown}; known: {', '.join(f for f in FAULTS if f not in ENDS_THE_RUN)}")
     gap_lo, gap_hi = (float(x) for x in args.gap_s.split(","))
     rng = random.Random(args.seed)
     deck = shuffled_forever(names, rng)

@@ -19,3 +19,12 @@ def add_cluster_flags(p: argparse.ArgumentParser, actors: str, codec: str, codec
 
 def add_out(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="JSON output (default: none)")
+
+
+def add_row_flags(p: argparse.ArgumentParser, torch_threads: int, row_timeout_s: float, row_timeout_help: str) -> None:
+    """What a benchmark of rows of launch.py runs takes: --torch-threads (run.torch_threads), --row-timeout,
+    --other (another checkout to run the same rows against) and --out."""
+    p.add_argument("--torch-threads", type=int, default=torch_threads, help="run.torch_threads (default: %(default)s)")
+    p.add_argument("--row-timeout", type=float, default=row_timeout_s, help=row_timeout_help)
+    p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
+    add_out(p)

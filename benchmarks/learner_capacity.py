@@ -35,7 +35,6 @@ import itertools
 import json
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,12 +46,13 @@ for _path in (REPO, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from cli import add_cluster_flags, add_out, parser  # noqa: E402
+from cli import add_cluster_flags, add_row_flags, parser  # noqa: E402
 from breakdown import describe, steady_state  # noqa: E402
-from procfs import TICKS, kill_group, proc_stat, read_metrics, tail, terminate  # noqa: E402
+from procfs import TICKS, proc_stat, read_metrics, start_launch, stop_launch, tail  # noqa: E402
 from synthetic import RECORDED_REPORTS, join, sleeping_actors, spread_step_ms  # noqa: E402
 from protocol.processes import parent_alive  # noqa: E402
 
+DELAY_DIR = Path(__file__).resolve().parent / "inference_delay"  # its sitecustomize.py (--inference-delay-ms)
 _RUN_IDS = itertools.count()
 
 
@@ -140,9 +140,11 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         cmd += ["--set", f"cluster.collectors={collectors}"]
     if codec != "none":  # likewise for a checkout from before cluster.codec
         cmd += ["--set", f'cluster.codec="{codec}"']
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    log = open(run_dir.with_suffix(".log"), "w")
-    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    delay = {}
+    if args.inference_delay_ms > 0:  # the benchmark's, in every process of the learner (both checkouts alike)
+        delay = {"PYTHONPATH": f"{checkout}{os.pathsep}{DELAY_DIR}",
+                 "PPO_BENCH_INFERENCE_DELAY_MS": str(args.inference_delay_ms)}
+    proc, log = start_launch(cmd, checkout, run_dir, env=delay)
     workers = []
     try:
         endpoints = _wait_for(lambda: _json(run_dir / "endpoints.json"), 120, "the learner's endpoints", proc, run_dir)
@@ -159,13 +161,7 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         records = read_metrics(metrics)
         b = len(records), _cpu_ticks(pids), _cpu_ticks(actor_pids), _cpu_ticks(trainer)
     finally:
-        terminate(proc, 30)
-        kill_group(proc.pid)
-        for w in workers:
-            w.join(5)
-            if w.is_alive():
-                w.kill()
-        log.close()
+        stop_launch(proc, workers, log)
     steady = steady_state(records[:b[0]], a[0])
     steps = records[b[0] - 1]["env_steps"] - records[a[0] - 1]["env_steps"]
     if steady is None or steps <= 0:
@@ -259,10 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=("tcp", "ipc"), default="ipc",
                    help="the learner's address: a Unix socket file, as the learner's default 'local' on Linux, or "
                         "tcp on 127.0.0.1 (default: %(default)s)")
-    p.add_argument("--torch-threads", type=int, default=1, help="run.torch_threads (default: %(default)s)")
-    p.add_argument("--row-timeout", type=float, default=300.0, help="a row without its rollouts by then fails")
-    p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
-    add_out(p)
+    add_row_flags(p, torch_threads=1, row_timeout_s=300.0, row_timeout_help="a row without its rollouts by then fails")
+    p.add_argument("--inference-delay-ms", type=float, default=0.0, help="a wait after each inference batch in the "
+                   "learner and its collector processes, as a GPU's latency (the H200's: about 2; "
+                   "benchmarks/inference_delay/sitecustomize.py; default: none)")
     return p
 
 

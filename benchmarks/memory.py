@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,9 +31,9 @@ for _path in (REPO, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from cli import add_out, parser  # noqa: E402
+from cli import add_row_flags, parser  # noqa: E402
 from learner_capacity import _json, _wait_for, synthetic_actor  # noqa: E402
-from procfs import kill_group, read_metrics, read_pss_mb, terminate  # noqa: E402
+from procfs import read_metrics, read_pss_mb, start_launch, stop_launch  # noqa: E402
 
 ACTORS, GROUPS = 2, 2
 
@@ -49,9 +48,7 @@ def run_row(checkout: Path, slots: int, args, tmp: Path, label: str) -> dict:
            "--set", f"ppo.num_steps={args.num_steps}", "--set", "ppo.update_epochs=1",
            "--set", f"run.torch_threads={args.torch_threads}",
            "--set", "cluster.actor_timeout_s=300"]  # a loaded machine: a synthetic actor records its frames first
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    log = open(run_dir.with_suffix(".log"), "w")
-    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, log = start_launch(cmd, checkout, run_dir)
     workers = []
     try:
         endpoints = _wait_for(lambda: _json(run_dir / "endpoints.json"), 120, "the learner's endpoints", proc, run_dir)
@@ -74,13 +71,7 @@ def run_row(checkout: Path, slots: int, args, tmp: Path, label: str) -> dict:
         if len(read_metrics(metrics)) < args.updates:
             raise RuntimeError(f"{label} {slots} slots: fewer than {args.updates} updates in {args.row_timeout:g}s")
     finally:
-        terminate(proc, 30)
-        kill_group(proc.pid)
-        for w in workers:
-            w.join(5)
-            if w.is_alive():
-                w.kill()
-        log.close()
+        stop_launch(proc, workers, log)
     return {"checkout": label, "slots": slots, "resident_mb": min(samples), "peak_mb": max(samples),
             "samples": len(samples), "processes": len(pids)}
 
@@ -98,10 +89,7 @@ def build_parser():
     p.add_argument("--slots", default="16,64", help="env slots per row, comma-separated (default: %(default)s)")
     p.add_argument("--num-steps", type=int, default=128, help="ppo.num_steps (default: %(default)s)")
     p.add_argument("--updates", type=int, default=2, help="updates sampled per row (default: %(default)s)")
-    p.add_argument("--torch-threads", type=int, default=2, help="run.torch_threads (default: %(default)s)")
-    p.add_argument("--row-timeout", type=float, default=600.0, help="a row slower than this fails")
-    p.add_argument("--other", default=None, metavar="PATH", help="another checkout to run the same rows against")
-    add_out(p)
+    add_row_flags(p, torch_threads=2, row_timeout_s=600.0, row_timeout_help="a row slower than this fails")
     return p
 
 

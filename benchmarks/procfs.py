@@ -26,11 +26,11 @@ TICKS = os.sysconf("SC_CLK_TCK")  # clock ticks per second: the unit of /proc/PI
 
 # ----------------------------------------------------------------------------------------------- /proc
 
-def read_rss_mb(pid: int) -> float | None:
-    """Resident memory (VmRSS) of a process in MB."""
+def read_rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    """Resident memory (VmRSS; VmHWM: its peak since the process started) of a process in MB."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass
@@ -147,6 +147,28 @@ def terminate(proc: subprocess.Popen, timeout: float) -> bool:
         except subprocess.TimeoutExpired:
             return False
     return True
+
+
+def start_launch(cmd: list[str], checkout: Path, run_dir: Path, env: dict | None = None) -> tuple[subprocess.Popen, object]:
+    """Start a benchmark's launch.py run (`cmd`) in `checkout`, importing that checkout's code, in a process
+    group of its own, its output into RUN_DIR.log: (the process, the open log file; see stop_launch). env: more
+    environment variables (they win over PYTHONPATH's default)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout), **(env or {})}
+    log = open(run_dir.with_suffix(".log"), "w")
+    return subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True), log
+
+
+def stop_launch(proc: subprocess.Popen, workers: list, log) -> None:
+    """End a benchmark's launch.py run: SIGTERM (30 s to stop in order), then its process group killed; the
+    actor processes it started itself joined (5 s each) or killed; the run's log file closed."""
+    terminate(proc, 30)
+    kill_group(proc.pid)
+    for w in workers:
+        w.join(5)
+        if w.is_alive():
+            w.kill()
+    log.close()
 
 
 # ----------------------------------------------------------------------------------------------- run files

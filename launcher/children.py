@@ -11,16 +11,20 @@ from pathlib import Path
 
 from actor import leave_on_sigterm, name_process
 from learner.config import from_dict
+from learner.lifecycle.process import Heartbeat
+from protocol.files import open_append
 
 
 def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, parent_pid: int, heartbeat=None) -> None:
+    """heartbeat: the launcher's shared double, beaten from here on, before the heavy imports (Heartbeat)."""
+    if heartbeat is not None:
+        Heartbeat(heartbeat)
     os.environ.update(rank_env)  # RANK, WORLD_SIZE, MASTER_*: read by torch.distributed in the learner
     rank = os.environ.get("RANK", "0")
     name_process("learner" if rank == "0" else f"learner-rank-{rank}")
-    from learner.main import run  # here, in the child: the launcher itself never imports torch
+    from learner.main import run_learner  # here, in the child: the launcher itself never imports torch
     from learner.report.metrics import exit_process
-    exit_process(run(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid,  # it stops when we die
-                     heartbeat=heartbeat))
+    exit_process(run_learner(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
 def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
@@ -28,24 +32,26 @@ def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name
     """`endpoints`: the learner rank's endpoints file, read at every (re)join: a learner restarted by this
     launcher binds anew, and our actors keep rejoining while we live (we stop them at the end)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
-    leave_on_sigterm()  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
+    leave_on_sigterm()  # and SIGHUP: leave as on SIGTERM  # a SIGTERM to the whole group (a job's time limit): goodbye first, then exit 0
     name_process(name)
-    logging.basicConfig(level=logging.INFO, filename=log_path, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from actor.runner import ActorOptions, Deadlines, Wire, run  # here, in the child: the launcher never imports the envs
+    logging.basicConfig(level=logging.INFO, stream=open_append(log_path, buffering=1),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from actor.runner import ActorOptions, Deadlines, Wire, run_actor  # here, in the child: the launcher never imports the envs
     curve = None
     if keys:
         from protocol.security import ClientKeys  # here: zmq's CURVE, only when keys are given
         curve = ClientKeys.load(*keys)
     tell = (lambda reason: refusals.put((name, reason))) if refusals is not None else None
-    sys.exit(run(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
-                              deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve), endpoints=endpoints),
-                 on_refused=tell))
+    sys.exit(run_actor(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
+                                    deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve),
+                                    endpoints=endpoints), on_refused=tell))
 
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by the launcher (SIGTERM) once the learner is gone
+    for sig in (signal.SIGINT, signal.SIGHUP):  # stopped by the launcher (SIGTERM) once the learner is gone
+        signal.signal(sig, signal.SIG_IGN)
     name_process("eval")
-    logging.basicConfig(level=logging.INFO, filename=str(Path(run_dir) / "eval.log"),
+    logging.basicConfig(level=logging.INFO, stream=open_append(Path(run_dir) / "eval.log", buffering=1),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from learner.evaluation.worker import run  # here, in the child: torch, gymnasium
-    sys.exit(run(from_dict(cfg_dict), run_dir, parent_pid))
+    from learner.evaluation.worker import run_evaluator  # here, in the child: torch, gymnasium
+    sys.exit(run_evaluator(from_dict(cfg_dict), run_dir, parent_pid))

@@ -8,7 +8,8 @@ The topology: --actors and --envs-per-actor (cluster.actors, cluster.envs_per_ac
 unset, cluster.envs (8, CleanRL's recipe) env slots are spread over one actor process per core (2 cores:
 2 actors x 4 envs). The log's first line says what was picked.
 
-Ctrl-C or SIGTERM: the learner writes a final checkpoint, every child stops, exit 0 (Ctrl-C again forces).
+Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the learner writes a final checkpoint, every child stops, exit 0
+(Ctrl-C again forces).
 """
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ from pathlib import Path
 from launcher.cluster import Cluster
 from launcher.job import external_job, lock_rank, restarted_by_torchrun
 from launcher.restarts import LearnerRestarts, RestartPolicy
-from launcher.rundir import check_fresh, default_run_dir, take_run_dir, undo_refused
+from launcher.take_run_dir import check_fresh, default_run_dir, take_run_dir, undo_refused
 from launcher.stops import StopRequests
 from learner import config_docs
 from learner.config import Config, ConfigError, Device, check_resume, field_docs, load, with_topology
 from learner.lifecycle.process import EXIT_REFUSED
-from learner.lifecycle.rundir import RUN_UMASK, RunDirHeld, refuse_if_held
+from learner.lifecycle.run_lock import RUN_UMASK, RunDirForeign, RunDirHeld, check_owned, refuse_if_held
 from protocol.files import WriteFailed
 
 log = logging.getLogger("launch")
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learners", type=int, default=None,
                    help="learner ranks on this host, data-parallel over torch.distributed (default: cluster.learners, 1); "
                         "under torchrun or srun each worker is one rank instead")
-    p.add_argument("--max-restarts", type=int, default=5, help="restarts per actor slot before giving up (default: %(default)s)")
+    p.add_argument("--max-restarts", type=int, default=5, help="restarts of each actor slot within any hour before it is given up (default: %(default)s)")
     p.add_argument("--max-learner-restarts", type=int, default=3,
                    help="restarts within any hour of a learner that ended abnormally (crash, kill -9, a hung collector), "
                         "each from its newest checkpoint, before the run ends with an error; 0: none (default: %(default)s)")
@@ -92,6 +93,7 @@ def resolve_config(args) -> tuple[Config, Path]:
         overrides.append("log.track=true")
     if args.resume:
         run_dir = Path(args.resume)
+        check_owned(run_dir)  # before reading anything there
         saved = run_dir / "config.toml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.toml there (not a run directory)")
@@ -124,14 +126,14 @@ def main(argv=None, early_signals: list[int] = ()) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg, run_dir, resume = prepare(args)
-    except (ConfigError, RunDirHeld) as exc:
+    except (ConfigError, RunDirHeld, RunDirForeign) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if stops():
         return 0
     try:
         lock, created, saved = take_run_dir(run_dir, cfg)
-    except (RunDirHeld, WriteFailed) as exc:
+    except (RunDirHeld, RunDirForeign, WriteFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
@@ -149,6 +151,7 @@ def prepare(args) -> tuple[Config, Path, bool]:
     cfg = with_topology(cfg)
     check_groups(cfg, cfg.cluster.groups)
     check_learners(cfg)
+    check_owned(run_dir)  # another user's directory, or one in a directory others may write: exit 2, untouched
     refuse_if_held(run_dir, lock_rank())  # before anything else looks at it: the holder's pid, exit 2
     resume = bool(args.resume) or restarted_by_torchrun(run_dir)
     if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
@@ -166,11 +169,7 @@ def run_cluster(cfg: Config, run_dir: Path, resume: bool, restart_limits: tuple[
     restarts = LearnerRestarts(RestartPolicy(max_learner_restarts), run_dir, stops, enabled=external_job() is None)
     cluster = Cluster(cfg, run_dir, resume=resume, groups=cfg.cluster.groups, max_restarts=max_restarts, stops=stops,
                       learner_restarts=restarts)
-    try:
-        cluster.start()
-    except RuntimeError as exc:  # the learner did not come up in time
-        log.error("%s", exc)
-        stops.request()
+    cluster.start()  # a learner that did not come up was killed there: supervise() decides on a restart
     code = cluster.supervise()
     if code == EXIT_REFUSED:
         undo_refused(run_dir, created, saved)

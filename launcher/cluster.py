@@ -16,7 +16,7 @@ from actor import EXIT_REFUSED
 from launcher.children import actor_process, eval_process, learner_process
 from launcher.heartbeats import kill_silent
 from launcher.job import external_job
-from launcher.restarts import LearnerRestarts
+from launcher.restarts import ActorRestarts, LearnerRestarts
 from launcher.stops import StopRequests
 from learner.config import Config
 from protocol.files import WriteFailed, atomic_write
@@ -38,14 +38,16 @@ class Cluster:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int, max_restarts: int, stops: StopRequests,
                  learner_restarts: LearnerRestarts):
         self.cfg, self.run_dir, self.resume, self.groups = cfg, run_dir, resume, groups
-        self.max_restarts, self.stops, self.learner_restarts = max_restarts, stops, learner_restarts
+        self.stops, self.learner_restarts = stops, learner_restarts
+        self.actor_restarts = ActorRestarts(max_restarts)  # --max-restarts per actor slot within an hour
         self.ctx = mp.get_context("spawn")
         self.learners: list[mp.Process] = []  # this host's learner ranks
-        self.heartbeats: list = []  # each one's last beat, time.monotonic() (0: none yet): learner/lifecycle/process.py
+        self.heartbeats: list = []  # each one's last beat, time.monotonic() (its spawn before): learner/lifecycle/process.py
         self.ranks = self._rank_envs()  # the environment of each (empty: one learner on its own)
         self.actors: dict[int, mp.Process] = {}
         self.evaluator = None  # the eval worker process, when cfg.eval.every > 0
-        self.restarts: dict[int, int] = {}
+        self.backoff_until: dict[int, float] = {}  # actor slots waiting for their restart, and until when
+        self.given_up: set[int] = set()  # actor slots not restarted again (refused, or past their restart limit)
         self.left: set[int] = set()  # actor slots whose actor left on a goodbye
         self.refusals = self.ctx.SimpleQueue()  # (actor name, reason) from actors the learner refused
         self.refused: dict[str, str] = {}
@@ -74,14 +76,24 @@ class Cluster:
 
     def start(self) -> None:
         """The learners, then (once every one has written its endpoints) the actors and the evaluator. Returns
-        early on a stop request or a learner that ended: supervise() then winds down whatever runs."""
-        if not self._start_learners():
-            return
+        early on a stop request or a learner that ended: supervise() then winds down whatever runs, or restarts
+        the learners and then starts the rest (_start_the_rest)."""
+        if self._start_learners():
+            self._start_the_rest()
+
+    def _start_the_rest(self) -> None:
+        """Each actor slot without a process (never started, or left on the learner's goodbye: collector processes
+        say goodbye to their actors when the learner dies, and ours are started again for the restarted learner,
+        not counted as restarts; the others rejoin by themselves), except those given up; the evaluator if it is
+        not running yet."""
         for i in range(self.cfg.cluster.actors):
             if self.stops():
                 return
-            self._start_actor(i)
-        if self.cfg.eval.every > 0 and not self.stops():
+            proc = self.actors.get(i)
+            if i not in self.given_up and (proc is None or proc.exitcode == 0):
+                self._start_actor(i)
+        self.left.clear()
+        if self.cfg.eval.every > 0 and self.evaluator is None and not self.stops():
             self.evaluator = self.ctx.Process(target=eval_process, name="evaluator", daemon=False,
                                               args=(self.cfg.to_dict(), str(self.run_dir), os.getpid()))
             self.stops.started(self.evaluator)
@@ -92,10 +104,10 @@ class Cluster:
         self.learners, self.addresses, self.heartbeats = [], [], []
         for env in self.ranks:
             self._endpoint_file(env).unlink(missing_ok=True)
-            heartbeat = self.ctx.RawValue("d", 0.0)
-            proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",
+            heartbeat = self.ctx.RawValue("d", time.monotonic())  # counted from its spawn: a learner stopped
+            proc = self.ctx.Process(target=learner_process, name=f"learner-{env.get('RANK', '0')}",  # before its
                                     args=(self.cfg.to_dict(), str(self.run_dir), self.resume, env, os.getpid(), heartbeat))
-            self.stops.started(proc)
+            self.stops.started(proc)  # first beat is killed like one stopped later (kill_silent)
             self.learners.append(proc)
             self.heartbeats.append(heartbeat)
         self._record_pids()
@@ -122,20 +134,9 @@ class Cluster:
         if not self.learner_restarts.wait(verdict):
             return False
         self.resume, self.ranks = True, self._rank_envs()  # a fresh MASTER_PORT for a multi-rank job
-        try:
-            if self._start_learners():
-                self._start_actors_that_left()
-        except RuntimeError as exc:  # it did not come up in time
-            log.error("%s", exc)
-            self.stops.request()
+        if self._start_learners():
+            self._start_the_rest()
         return True
-
-    def _start_actors_that_left(self) -> None:
-        """Collector processes say goodbye to their actors when the learner dies (they exit 0): ours are started
-        again for the restarted learner, not counted as restarts. The others rejoin by themselves."""
-        for i in sorted(self.left | {i for i, p in self.actors.items() if p.exitcode == 0}):
-            self._start_actor(i)
-        self.left.clear()
 
     def _record_pids(self) -> None:
         """RUN_DIR/processes.json: who is running, for users (and tests) looking for stragglers."""
@@ -152,14 +153,18 @@ class Cluster:
 
     def _await_endpoint(self, env: dict, learner: mp.Process) -> str | None:
         """The learner's address once it has bound it; None when a stop was asked for or a learner ended
-        first (supervise() says how it ended)."""
+        first (supervise() says how it ended, and the restart policy decides). A learner silent past
+        run.learner_silent_s from its spawn (stopped before its first beat), or not up within
+        ENDPOINT_TIMEOUT_S, is killed here, one line naming it: it has ended then."""
         path, deadline = self._endpoint_file(env), time.monotonic() + ENDPOINT_TIMEOUT_S
         while all(p.is_alive() for p in self.learners) and not self.stops():
             if path.exists():
                 return json.loads(path.read_text())["address"]
+            kill_silent(self.learners, self.heartbeats, self.cfg.run.learner_silent_s)
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the learner (rank {env.get('RANK', '0')}) did not come up within "
-                                   f"{ENDPOINT_TIMEOUT_S:g}s")
+                log.error("the learner (%s) did not come up within %gs; killing it", learner.name, ENDPOINT_TIMEOUT_S)
+                learner.kill()
+                learner.join(5.0)
             wait([learner.sentinel], timeout=0.1)
         return None
 
@@ -178,7 +183,6 @@ class Cluster:
         return (c.client_key, c.server_key) if c.client_key else None
 
     def supervise(self) -> int:
-        backoff_until: dict[int, float] = {}
         while True:
             if self.stops() and not self.learners_told:
                 for learner in self.learners:  # SIGTERM: rank 0 checkpoints, every rank says goodbye to its actors
@@ -191,31 +195,41 @@ class Cluster:
                 if not self._restart_learners():
                     return self._shutdown()
                 continue
-            now = time.monotonic()
             for i, proc in list(self.actors.items()):
-                if proc.is_alive() or self.stops():
-                    continue
-                if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart (but see _restart_learners)
-                    del self.actors[i]
-                    self.left.add(i)
-                    continue
-                if proc.exitcode == EXIT_REFUSED:  # a restart would be refused again
-                    log.error("actor-%d was refused: %s; not restarting it", i, self._refusal(f"actor-{i}"))
-                    del self.actors[i]
-                    continue
-                if i not in backoff_until:
-                    n = self.restarts.get(i, 0)
-                    log.warning("actor-%d exited with code %s", i, proc.exitcode)
-                    if n >= self.max_restarts:
-                        log.error("actor-%d: restart limit (%d) reached; training continues without it", i, n)
-                        del self.actors[i]
-                        continue
-                    backoff_until[i] = now + min(0.5 * 2 ** n, 30.0)
-                elif now >= backoff_until[i]:
-                    del backoff_until[i]
-                    self.restarts[i] = self.restarts.get(i, 0) + 1
-                    log.warning("restarting actor-%d (restart %d of %d)", i, self.restarts[i], self.max_restarts)
-                    self._start_actor(i)
+                if not (proc.is_alive() or self.stops()):
+                    self._tend_actor(i, proc)
+
+    def _tend_actor(self, i: int, proc: mp.Process) -> None:
+        """An actor process that ended: left on a goodbye, refused (given up), or restarted after its back-off
+        while its slot is within its restart limit (ActorRestarts), else given up, one line each. With none of
+        ours left, the learner's cluster.no_actors_timeout_s ends the run."""
+        if proc.exitcode == 0:  # it left on the learner's goodbye: nothing to restart (but see _restart_learners)
+            del self.actors[i]
+            self.left.add(i)
+        elif proc.exitcode == EXIT_REFUSED:  # a restart would be refused again
+            log.error("actor-%d was refused: %s; not restarting it", i, self._refusal(f"actor-{i}"))
+            self._give_up(i)
+        elif i not in self.backoff_until:
+            log.warning("actor-%d exited with code %s", i, proc.exitcode)
+            delay = self.actor_restarts.delay(i)
+            if delay is None:
+                log.error("actor-%d: restart limit reached (%d within an hour, --max-restarts); training continues "
+                          "without it", i, self.actor_restarts.limit)
+                self._give_up(i)
+            else:
+                self.backoff_until[i] = time.monotonic() + delay
+        elif time.monotonic() >= self.backoff_until[i]:
+            del self.backoff_until[i]
+            n = self.actor_restarts.restarted(i)
+            log.warning("restarting actor-%d (restart %d of %d within an hour)", i, n, self.actor_restarts.limit)
+            self._start_actor(i)
+
+    def _give_up(self, i: int) -> None:
+        del self.actors[i]
+        self.given_up.add(i)
+        if not self.actors:
+            log.error("none of this run's actors is left: the learner ends the run past cluster.no_actors_timeout_s "
+                      "without one (unless another joins)")
 
     def _refusal(self, name: str) -> str:
         """The reason the actor gave before exiting (it put it on the queue before it exited)."""

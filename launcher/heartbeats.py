@@ -1,7 +1,8 @@
-"""The learner processes' heartbeats: each learner's thread that watches for its launcher also writes
-time.monotonic() into a value shared with launch.py every 0.5 s (learner/lifecycle/process.py, ParentWatch).
-A learner stopped whole (SIGSTOP) or frozen cannot run its own watchdog either; launch.py kills it once its
-beat is run.learner_silent_s old (30 s by default), and the restart policy then decides (launcher/restarts.py)."""
+"""The learner processes' heartbeats: a thread of each learner process writes time.monotonic() into a value
+shared with launch.py every 0.5 s from its first lines on (learner/lifecycle/process.py, Heartbeat); launch.py
+sets it at the spawn. A learner stopped whole (SIGSTOP) or frozen cannot run its own watchdog either; launch.py
+kills it once its beat is run.learner_silent_s old (30 s by default), counted from its spawn (one stopped before
+its first beat too, issue 60), and the restart policy then decides (launcher/restarts.py)."""
 from __future__ import annotations
 
 import logging

@@ -18,11 +18,12 @@ import shutil
 import signal
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from learner.lifecycle.process import EXIT_REFUSED
+from learner.lifecycle.process import EXIT_NO_ACTORS, EXIT_REFUSED
 
 log = logging.getLogger("launch")
 SPACE_POLL_S = 2.0  # a full disk: how often the free space is looked at again before a restart
@@ -67,6 +68,9 @@ class RestartPolicy:
         self.streak = 0 if progressed else self.streak + 1
         if exitcode == EXIT_REFUSED:
             return Verdict(False, why="it refused to start (its log line says why): a restart would be refused again")
+        if exitcode == EXIT_NO_ACTORS:
+            return Verdict(False, why="it had no actor for cluster.no_actors_timeout_s (its log line says so): a "
+                                      "restart would wait for them again")
         if self.streak >= self.repeats:
             return Verdict(False, why=f"it ended {self.streak} times in a row before completing an update: "
                                       "the fault repeats at once")
@@ -85,23 +89,64 @@ class RestartPolicy:
         return sum(1 for t in self.times if now - t < self.limit_window_s)
 
 
-def last_update(path: Path) -> int:
-    """The update of the last complete line of a metrics.jsonl (0: none). Reads the file's tail only."""
+class ActorRestarts:
+    """When launch.py restarts an actor process that died (issue 60): at most `limit` restarts of each actor slot
+    within any `window_s` (an hour, as the learner's: a night's sporadic deaths never use it up, while a slot
+    that keeps dying is given up), each after a back-off that doubles with the slot's restarts in the window
+    (0.5 s, 1 s, 2 s ... at most cap_s)."""
+
+    def __init__(self, limit: int, window_s: float = 3600.0, first_s: float = 0.5, cap_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.limit, self.window_s, self.first_s, self.cap_s, self.clock = limit, window_s, first_s, cap_s, clock
+        self.times: dict[int, list[float]] = {}  # each slot's restarts (when), those of the last window_s only
+
+    def in_window(self, slot: int) -> int:
+        """The slot's restarts within the last window_s."""
+        now = self.clock()
+        self.times[slot] = [t for t in self.times.get(slot, []) if now - t < self.window_s]
+        return len(self.times[slot])
+
+    def delay(self, slot: int) -> float | None:
+        """The back-off before the slot's next restart; None: its limit is reached (it is given up)."""
+        n = self.in_window(slot)
+        return None if n >= self.limit else min(self.first_s * 2 ** n, self.cap_s)
+
+    def restarted(self, slot: int) -> int:
+        """Count a restart of the slot now; returns its restarts within the window, this one included."""
+        self.times.setdefault(slot, []).append(self.clock())
+        return self.in_window(slot)
+
+
+def last_update(path: Path, chunk: int = 65536) -> int:
+    """The update of the last complete line of a metrics.jsonl (0: none), however long the lines: the file is
+    read backwards a chunk at a time, only as far as that line's start (a 904 KB line once hid every update
+    from a reader of the last 64 KB)."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(f.tell() - 65536, 0))
-            lines = f.read().splitlines()
+            pos = f.seek(0, os.SEEK_END)
+            pieces: deque[bytes] = deque()  # the line being read backwards, its pieces in file order
+            while pos > 0:
+                step = min(chunk, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step)
+                while (cut := data.rfind(b"\n")) >= 0:
+                    if (update := _update_of(data[cut + 1:] + b"".join(pieces))) is not None:
+                        return update
+                    data, pieces = data[:cut], deque()
+                pieces.appendleft(data)
+            update = _update_of(b"".join(pieces))  # the file's first line
     except OSError:
         return 0
-    for line in reversed(lines):
-        try:
-            update = json.loads(line).get("update")
-        except (ValueError, AttributeError):
-            continue  # a half-written last line
-        if isinstance(update, int):
-            return update
-    return 0
+    return 0 if update is None else update
+
+
+def _update_of(line: bytes) -> int | None:
+    try:
+        update = json.loads(line).get("update")
+    except (ValueError, AttributeError):
+        return None  # a half-written last line, or an empty one
+    return update if isinstance(update, int) else None
 
 
 class DiskSpace:

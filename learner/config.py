@@ -17,8 +17,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
+from learner.model import registry as encoders
 from protocol import compression
-from protocol.messages import MAX_ENV_SLOTS
+from protocol.messages import FLOAT32_MAX, MAX_ENV_SLOTS
 from protocol.settings import POSITIONS, SCHEMA, EnvSettings, Rule, describe, task_name
 from protocol.transport import LOCAL
 
@@ -68,11 +69,11 @@ class RunConfig(BaseModel):
     random_policy: bool = False
     """answer actors with uniform random actions instead of running the network"""
     policy_lag: Annotated[int, Field(ge=0, le=1)] = 0
-    """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (cluster.collectors = 1; with collector processes they wait for the rollout's end); 0: synchronous"""
+    """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (in the training process, in every collector process, on every learner rank); 0: synchronous"""
     watchdog_s: Annotated[float, Field(ge=1.0, le=7 * DAY_S)] = 900.0
     """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
     learner_silent_s: Annotated[float, Field(ge=2.0, le=7 * DAY_S)] = 30.0
-    """launch.py kills a learner process whose heartbeat (beaten every 0.5 s by a thread of its own) is this old: stopped whole (SIGSTOP) or frozen, where its own watchdog cannot run; the restart policy then decides"""
+    """launch.py kills a learner process whose heartbeat (beaten every 0.5 s by a thread of its own, counted from its spawn) is this old: stopped whole (SIGSTOP), before its first beat too, or frozen, where its own watchdog cannot run; the restart policy then decides"""
     batch_checksum: bool = False
     """debug: record batch_checksum (the sum of the observations each update read, after it read them) in metrics.jsonl; one pass over the batch per update"""
 
@@ -102,14 +103,20 @@ class ClusterConfig(BaseModel):
     """an actor silent for this long while it owes a step report is retired"""
     startup_timeout_s: Annotated[float, Field(ge=0.0, le=7 * DAY_S)] = 600.0
     """the run ends, naming the actors it waited on, if its first rollout cannot start within this (0: wait)"""
+    no_actors_timeout_s: Annotated[float, Field(ge=0.0, le=7 * DAY_S)] = 300.0
+    """after the first rollout, the run ends (exit 1, not restarted: launch.py's actors past their restart limit, or none joining) when no actor has had an env slot ready for this long (0: wait for actors for ever)"""
     learners: Annotated[int, Field(ge=1, le=64)] = 1
     """learner ranks on this host (launch.py --learners): data-parallel PPO over torch.distributed"""
     collectors: Annotated[int, Field(ge=0, le=64)] = 0
-    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs, with normalize.obs and with run.policy_lag)"""
+    """collector processes on each learner rank (receive, validate, stack, infer, fill their rollout columns); 0: from the device and cores (1 on a CPU device, in deterministic runs and with normalize.obs)"""
     collective_timeout_s: Annotated[float, Field(gt=0.0, le=DAY_S)] = 300.0
     """a learner rank waits this long for the others in a collective before the job stops with an error"""
     max_message_mb: Annotated[int, Field(ge=1, le=4096)] = 64
     """largest message accepted on a socket"""
+    max_abs_reward: Annotated[float, Field(gt=0.0, le=FLOAT32_MAX)] = 1e6
+    """the largest |reward| a step report may carry: one with a larger, NaN or inf reward is refused naming this key and its actor retired and struck (float32 GAE and the value loss overflow on rewards near 1e38)"""
+    max_abs_obs: Annotated[float, Field(gt=0.0, le=FLOAT32_MAX)] = 1e6
+    """the same bound for every element of a float observation (images are uint8, bounded by their type)"""
     memory_budget_mb: Annotated[int, Field(ge=0)] = 0
     """the learner's memory for all actors' rollouts together, in MB: a handshake that would pass it waits until slots free up (0: half of this machine's memory)"""
     max_envs_per_actor: Annotated[int, Field(ge=0, le=MAX_ENV_SLOTS)] = 0
@@ -190,16 +197,13 @@ class PPOConfig(BaseModel):
 class ModelConfig(BaseModel):
     model_config = SCHEMA
 
-    kind: Literal["auto", "cnn", "impala", "mlp"] = "auto"
-    """auto (cnn for images, mlp for vectors) | cnn (the Nature CNN, 512 features) | impala (IMPALA's 15-layer residual CNN, 256 features; about 6x the Nature CNN's compute) | mlp"""
+    kind: Literal[encoders.KINDS] = Field(encoders.AUTO, description=encoders.kind_doc())  # learner/model/registry.py
     hidden: Annotated[int, Field(ge=1, le=65_536)] = 64
     """mlp: width of each of the two tanh layers"""
-    activation: Literal["relu", "elu"] = "relu"
-    """cnn, impala: the trunk's nonlinearity, relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)"""
-    normalize_input: bool = False
-    """cnn, impala: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)"""
-    core: Literal["none", "lstm", "gru"] = "none"
-    """none (feed-forward) | lstm | gru: a recurrent core between the encoder and the heads (cnn, impala: on the 512 / 256 features, the heads on its outputs; mlp: on the observation, the policy and value MLPs on its outputs). Its state is kept per env slot where inference runs, zeroed at each episode's start and when a slot changes hands; it is not checkpointed (a resumed run starts from zero state). Not with run.policy_lag, cluster.collectors > 1 or cluster.learners > 1 (yet); see ppo.bptt"""
+    activation: Literal["relu", "elu"] = Field("relu", description=f"{encoders.pixel_kinds()}: the trunk's nonlinearity, "
+                                               "relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)")
+    normalize_input: bool = Field(False, description=f"{encoders.pixel_kinds()}: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)")
+    core: Literal["none", "lstm", "gru"] = Field("none", description=f"none (feed-forward) | lstm | gru: a recurrent core between the encoder and the heads ({encoders.pixel_kinds()}: on the encoder's features, the heads on its outputs; mlp: on the observation, the policy and value MLPs on its outputs). Its state is kept per env slot where inference runs, zeroed at each episode's start and when a slot changes hands; it is not checkpointed (a resumed run starts from zero state). Not with run.policy_lag, cluster.collectors > 1 or cluster.learners > 1 (yet); see ppo.bptt")
     core_size: Annotated[int, Field(ge=0, le=65_536)] = 0
     """model.core lstm / gru: the core's width (an LSTM keeps 2 x this many floats of state per env slot, a GRU this many); 0: 256 on images, 64 on vectors"""
 
@@ -393,7 +397,6 @@ def with_topology(cfg: "Config", cores: int | None = None) -> "Config":
 
 def check_multi_rank(cfg: Config, why: str) -> None:
     """What a G-rank learner does not support yet: say so before anything starts."""
-    _require(cfg.run.policy_lag == 0, f"run.policy_lag = 1 is not supported with {why}: set run.policy_lag = 0")
     _require(not (cfg.normalize.obs or cfg.normalize.reward),
              f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
     _require(cfg.model.core == "none", f"model.core = {cfg.model.core!r} is not supported with {why} yet: "

@@ -19,20 +19,23 @@ import torch
 import zmq
 
 from learner.config import Config
-from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, ParentWatch, Stop
-from learner.lifecycle.rundir import RunDirHeld, RunLock, make_private
+from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
+from learner.lifecycle.run_lock import RunDirForeign, RunDirHeld, RunLock, make_private
+from learner.lifecycle.idle import IdleRollouts
 from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces, pick_device
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
-from learner.collection import (Collection, GatewaySetup, Inference, RunOnRank, has_policy_lag,
+from learner.collection import (Collection, GatewaySetup, Inference, NoActors, RunOnRank, has_policy_lag,
                                 open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
+from learner.rollout.scheduler import PolicyVersions, RolloutScheduler
 from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
+from learner.update.finite import NonFinite, NonFiniteWeights, check_finite
 from learner.update.ranks import RanksLost, checksum, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
@@ -58,29 +61,28 @@ def write_endpoints(run_dir: Path, info: dict, rank: int = 0) -> None:
     atomic_write(run_dir / name, json.dumps(info))
 
 
-def run(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0, heartbeat=None) -> int:
+def run_learner(cfg: Config, run_dir: str | Path, resume: bool = False, parent_pid: int = 0) -> int:
     """parent_pid: the launcher's, which holds the run directory's lock; the learner stops when it is gone (0:
-    nobody to watch, and the learner takes the lock itself). heartbeat: the launcher's shared double, beaten while
-    the learner process runs (learner/lifecycle/process.py, ParentWatch)."""
+    nobody to watch, and the learner takes the lock itself)."""
     run_dir = Path(run_dir)
-    make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
     try:
+        make_private(run_dir)  # launch.py made it so already, or this learner runs on its own
         lock = None if parent_pid else RunLock(run_dir, env_rank())
-    except RunDirHeld as exc:
+    except (RunDirHeld, RunDirForeign) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        return _run(cfg, run_dir, resume, parent_pid, heartbeat)
+        return _run(cfg, run_dir, resume, parent_pid)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=None) -> int:
+def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
     setup_logging(run_dir, env_rank())
     stop = Stop()
     if parent_pid:
-        ParentWatch(parent_pid, stop, heartbeat=heartbeat)
+        ParentWatch(parent_pid, stop)
     try:
         learner = Learner(cfg, run_dir, resume, stop)
     except StartupError as exc:
@@ -91,7 +93,7 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=No
         return EXIT_FAILED
     try:
         learner.train()
-    except (RanksLost, Stalled) as exc:  # loud, and nothing lost beyond the last checkpoint
+    except (RanksLost, Stalled, NonFiniteWeights) as exc:  # loud, and nothing lost beyond the last checkpoint
         log.error("%s", exc)  # the level already says ERROR
         return EXIT_FAILED
     except WriteFailed as exc:  # the run directory's disk is full or read-only: stop, resume when it is not
@@ -99,6 +101,9 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int, heartbeat=No
         return EXIT_FAILED
     finally:
         learner.close()
+    if learner.no_actors:  # after its final checkpoint: loud, and not restarted (it would wait for them again)
+        log.error("%s", learner.no_actors)
+        return EXIT_NO_ACTORS
     return EXIT_FAILED if learner.checkpoints.save_failed else EXIT_DONE  # a final checkpoint not written: said above
 
 
@@ -122,7 +127,9 @@ class Learner:
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.normalize.clip).to(device) if cfg.normalize.obs else None
         self.reward_scaler = RewardScaler(0, p.gamma, cfg.normalize.clip) if cfg.normalize.reward else None
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.updater = PPOUpdater(model, p, device, ranks, self.value_norm, batch_checksum=r.batch_checksum,
+        # with policy lag the update's collectives run in its thread, on a process group of their own
+        update_ranks = ranks.own_group() if has_policy_lag(cfg) else ranks
+        self.updater = PPOUpdater(model, p, device, update_ranks, self.value_norm, batch_checksum=r.batch_checksum,
                                   policy_lag=has_policy_lag(cfg))
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
@@ -146,10 +153,16 @@ class Learner:
         # stacked here without observation normalization: the rollout keeps one frame per step (stacks of
         # normalized observations are not frames: kept whole); and a recurrent core's states (model.core)
         self.layout = Layout.of(obs_space, action_space, 1 if cfg.normalize.obs else spaces.frame_stack, model, p.bptt)
-        self.admission = admission_of(cfg, obs_space, model.state_size)
-        self._open_sockets()
+        self.admission = admission_of(cfg, spaces, model.state_size)
         generator = torch.Generator(device=device)
         generator.manual_seed(update_seed(r.seed, self.state["update"], ranks.rank))
+        runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
+                              heap=UpdateHeap.for_update_on(device))
+        # which weights serve the actors, and when newer ones may (asked by the collection while a rollout fills)
+        self.versions = PolicyVersions(runner, self.policy, (model, self.value_norm), int(self.has_policy_lag),
+                                       self.state["version"])
+        self._open_sockets()
+        self.scheduler = RolloutScheduler(self.collection, self.versions)
         self.since = Since(self.state["env_steps"], self.state["elapsed_s"])
         self.reporter = (Reporter(run_dir, cfg, self.episodes, self.updater, ranks.world,
                                   r.policy_lag if self.has_policy_lag else 0) if ranks.main else None)  # rank 0 writes them
@@ -158,9 +171,9 @@ class Learner:
         self.empty = empty_batch(self.layout, device)
         self.weights = broadcast_state(model, self.obs_norm)  # the model, plus obs-normalizer stats for eval
         self.publisher.publish(self.weights, self.state["version"])
-        self.runner = UpdateRunner(self.updater, generator, update_threads, policy_lag=self.has_policy_lag,
-                                   heap=UpdateHeap.for_update_on(device))
-        self.width, self.idle_said, self.finished, self.served_early = 0, time.monotonic(), False, False
+        self.width, self.finished, self.no_actors = 0, False, ""  # no_actors: why the run ended, if it did
+        self.idle = IdleRollouts(cfg.cluster, ranks, lambda: self.collection.join_command(self.width))
+        self.nonfinite = NonFinite(self.collection.strike)
         self.started, self.last_finish = time.monotonic(), None  # wall clock, see _finish
         self.serial = SerialPhases()  # between rollouts, every actor parked: where that time goes
 
@@ -212,11 +225,10 @@ class Learner:
                                      self.admission)
         return open_collection(run, self.spaces, self.layout, gateway_setup, policy=self.policy,
                                watchdog=self.watchdog, link=self.link, rank_targets=self._rank_targets(),
-                               served=[self.model, self.value_norm])
+                               served=[self.model, self.value_norm], versions=self.versions)
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
-        lagging = None  # policy lag: the update that runs while the next rollout is collected
         horizon = p.lr_anneal_steps or r.total_steps  # where the linear rate reaches 0
         view = (functools.partial(self.policy.prepare, update_stats=False)  # ppo.lag_fresh_advantages: batches
                 if self.has_policy_lag and p.lag_fresh_advantages else None)  # keep GAE's inputs (GaeInputs)
@@ -224,34 +236,37 @@ class Learner:
         while state["env_steps"] < r.total_steps:
             t0 = time.monotonic()
             self.serial.close()
-            rollout = self.collection.collect(self._envs_needed(), self.stop, state["version"],
-                                              go_on=None if lagging is None else self._serve_lagging)
+            try:
+                rollout = self.scheduler.collect(self._envs_needed(), self.stop)
+            except NoActors as exc:  # (a rank of several never waits: see IdleRollouts)
+                self.no_actors, rollout = str(exc), None
             if self.ranks.any(rollout is None or self.stop()):
                 break
             t1 = time.monotonic()
             self.serial.begin()
             batch = rollout_to_batch(rollout, self.policy.value, p.gamma, p.gae_lambda, self.reward_scaler, view)
             self.serial.mark("batch")  # bootstrap values, the rollout's copy to the device, GAE
-            n_valid = int(self.ranks.sum([batch.n_valid if batch else 0])[0])
-            if lagging is not None:  # done before the next rollout may reuse the buffer it reads
-                self._finish(lagging)
-                lagging = None
-            if n_valid == 0:
-                self._note_idle()
+            n_valid, nonfinite = map(int, self.ranks.sum([batch.n_valid if batch else 0,
+                                                          len(batch.nonfinite_slots) if batch else 0]))
+            self._finish_updates(running=0)  # policy lag: the update that ran while this rollout was collected
+            if nonfinite:
+                self.nonfinite.drop(batch.nonfinite_slots if batch else [], state["update"])
                 continue
+            if n_valid == 0:
+                self.no_actors = self.idle.empty(first_done=self.collection.rollouts > 1) or ""
+                if self.no_actors:
+                    break
+                continue
+            self.idle.sampled()
             self._note_width(batch.width if batch else 0)
             job = Job(state["update"] + 1, state["env_steps"] + n_valid, state["env_steps"] / horizon,
                       batch, n_valid, t0, t1, self.collection.breakdown())
             state["update"], state["env_steps"] = job.update, job.env_steps
-            self.watchdog.pet(self.runner.deadline() + 60)  # the update, run here or (policy lag) in a thread
-            self.runner.start(None if r.collect_only else (batch.data if batch else self.empty), job.progress)
+            self.watchdog.pet(self.scheduler.deadline() + 60)  # the update, run here or (policy lag) in a thread
+            self.scheduler.start(None if r.collect_only else (batch.data if batch else self.empty), job)
             self.serial.mark("update")  # the update itself; with policy lag only its thread's start
-            if self.has_policy_lag:
-                lagging = job
-            else:
-                self._finish(job)
-        if lagging is not None:
-            self._finish(lagging)
+            self._finish_updates(running=self.scheduler.max_lag)  # synchronous: this one, done already
+        self._finish_updates(running=0)
         # (stopped before its first update, e.g. Ctrl-C during start-up, a run has nothing to save)
         if state["update"] > 0 and (self.checkpoints.last_saved != state["update"]
                                     or not checkpoint.latest(self.run_dir)):
@@ -267,50 +282,31 @@ class Learner:
             return max(self.min_envs, 0 if self.ranks.distributed else 1)
         return 0 if self.ranks.distributed else 1
 
-    def _note_idle(self) -> None:
-        if time.monotonic() - self.idle_said >= self.cfg.cluster.actor_timeout_s:
-            self.idle_said = time.monotonic()
-            if self.ranks.distributed:
-                log.warning("waiting for actors: no learner rank has a live env slot")
-            else:
-                log.warning("waiting for actors: every actor has left; to add one: %s",
-                            self.collection.join_command(self.width))
-
     def _note_width(self, width: int) -> None:
         if width != self.width and self.width:
             log.info("rollout width now %d env slots (was %d)", width, self.width)
         self.width = width
 
-    def _serve_lagging(self) -> int | None:
-        """Policy lag, asked by the collection between messages: once the lagging update's thread is done, its
-        weights serve the rest of the rollout (whose stored log-probabilities keep the ratio exact) and the
-        groups that finish it go on into the next rollout, which is then one version behind, no more. Returns
-        the version now served (served_early: _finish then has nothing to load); None while the update runs.
-        Its metrics line and checkpoint wait for the rollout's end (_finish), where the ranks meet."""
-        if self.runner.running():
-            return None
-        self.runner.result()  # the update's error, if any, is raised here
-        self.policy.follow(self.model, self.value_norm)
-        self.served_early = True
-        return self.state["version"] + 1
+    def _finish_updates(self, running: int) -> None:
+        """Join updates until `running` are left (learner/rollout/scheduler.py), and finish each."""
+        self.watchdog.pet(self.scheduler.deadline() + 60)  # the join says why first, past the deadline
+        for job, stats in self.scheduler.finished(running):
+            self._finish(job, stats)
 
-    def _finish(self, job: Job) -> None:
+    def _finish(self, job: Job, stats: dict) -> None:
         """After an update: publish the new weights, write its metrics line, maybe a checkpoint.
 
         Timing is wall clock: elapsed_s is the time since this process started training (plus a resumed
         run's), sps the job's new env steps over the time since the last update finished (with policy lag
         the next rollout was collected meanwhile), collect_s the rollout's collection, update_s the update's
         own run (in a thread with policy lag)."""
-        self.watchdog.pet(self.runner.deadline() + 60)  # the join says why first, past runner.deadline()
-        stats = {**self.runner.result(), "update_s": self.runner.took_s}
         self.serial.mark("join")  # waiting for the update (policy lag: its thread)
+        self.nonfinite.after_update(stats, job.update)
+        check_finite([self.model, self.obs_norm, self.value_norm], job.update)  # before publishing them
         now = time.monotonic()
         self.state["elapsed_s"] = self.since.elapsed_s + (now - self.started)
         interval, self.last_finish = now - (self.last_finish or job.t0), now
-        if self.has_policy_lag and not self.served_early:
-            self.policy.follow(self.model, self.value_norm)
-        self.served_early = False
-        self.state["version"] += 1
+        self.state["version"] = self.scheduler.version
         self.publisher.publish(self.weights, self.state["version"])
         self.serial.mark("publish")
         for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):

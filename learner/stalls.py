@@ -8,6 +8,8 @@ import time
 import traceback
 from pathlib import Path
 
+from protocol.files import open_append
+
 
 class Stalled(RuntimeError):
     """A wait that nobody will end (a learner bug, or a hung kernel): the run stops with this message."""
@@ -28,7 +30,7 @@ class Watchdog:
     that thread: launch.py kills a learner whose heartbeat stops, learner/lifecycle/process.py.)"""
 
     def __init__(self, log_path: Path, timeout_s: float):
-        self.file = open(log_path, "a")
+        self.file = open_append(log_path)
         self.timeout_s = timeout_s
         self.every_s = min(1.0, timeout_s / 4)
         self.armed_at = float("-inf")

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Callable, IO
 
 
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # run files are opened without following a symlink planted in their place
+
+
 class WriteFailed(OSError):
     """A file could not be written (disk full, read-only, no permission): the old one, if any, is intact."""
 
@@ -61,6 +64,19 @@ def _create_temp(path: Path, mode: int) -> tuple[int, str]:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode), tmp
         except FileExistsError:
             continue
+
+
+def open_append(path: str | os.PathLike, binary: bool = False, buffering: int = -1) -> IO:
+    """`path` opened for appending (created, 0666 less the umask), never through a symlink: one in its place is
+    WriteFailed, so nobody who planted it can make a run write where it points."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as exc:
+        why = "it is a symbolic link" if os.path.islink(path) else exc.strerror or str(exc)
+        failed = WriteFailed(f"cannot write {path}: {why}")
+        failed.errno = exc.errno
+        raise failed from None
+    return os.fdopen(fd, "ab" if binary else "a", buffering=buffering)
 
 
 def fsync_dir(path: str | os.PathLike) -> None:

@@ -1,4 +1,5 @@
-"""The messages actors and the learner exchange, as dataclasses, with their encoding and validation.
+"""The messages actors and the learner exchange, as dataclasses, with their encoding and validation, and
+TABLE: each type's direction, the states it is in turn in and its handler, which every receiver dispatches by.
 
 Data path: Handshake -> Welcome, Starting while the actor builds its envs, then StepReport -> Actions
 repeatedly, Goodbye from either side.
@@ -15,10 +16,11 @@ import numpy as np
 from protocol import codec, compression
 from protocol.errors import ProtocolError
 from protocol.spaces import SpaceSpec
-from protocol.usual_step import usual_step
+from protocol.usual_step import usual_step, within
 
 PROTOCOL_VERSION = 2
 MAX_ENV_SLOTS = 4096  # env slots one actor may host, and one learner serves (admission, registry, config)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the default bound of a report's numbers: past it float32 is inf
 _NONE = (codec.EMPTY[codec.DTYPES["float64"]], codec.EMPTY[codec.DTYPES["int64"]])  # no episode ended, no env cut
 
 
@@ -125,11 +127,78 @@ class Expect:
     max_bytes: int = codec.DEFAULT_MAX_BYTES
     frames: compression.Receiver | None = None
     """the learner's decoder of this actor's compressed frames (None: raw frames, as agreed)"""
+    max_abs_reward: float = FLOAT32_MAX
+    """the largest |reward| a step report may carry (the learner's cluster.max_abs_reward); NaN and inf never pass"""
+    max_abs_obs: float = FLOAT32_MAX
+    """the same for a float observation's every element (cluster.max_abs_obs)"""
 
 
-TYPES = {"handshake": Handshake, "welcome": Welcome, "starting": Starting, "step": StepReport, "actions": Actions,
-         "weights": Weights, "goodbye": Goodbye, "error": Error, "redirect": Redirect}
-NAMES = {cls: name for name, cls in TYPES.items()}
+# Who takes a message, and in which of its states: the learner's view of an actor (its gateway decides), or an
+# actor's view of its learner, or a subscriber of the weights.
+GATEWAY, COLLECTOR, ACTOR, SUBSCRIBER = "gateway", "collector", "actor", "subscriber"
+UNREGISTERED, BUILDING, RUNNING = "unregistered", "building", "running"  # an actor: not joined; welcomed, some group
+                                                                         # without its first report; all reporting
+JOINING, PREPARING, SERVING = "joining", "preparing", "serving"  # an actor's learner: handshake sent; welcomed,
+                                                                 # envs being built; stepping on its actions
+FOLLOWING = "following"  # a subscriber, between weight broadcasts
+LEARNER = frozenset({GATEWAY, COLLECTOR})  # the parts that take what an actor sends
+STATES = (frozenset({UNREGISTERED, BUILDING, RUNNING}), frozenset({JOINING, PREPARING, SERVING}),
+          frozenset({FOLLOWING}))  # each receiver's own
+
+
+@dataclass(frozen=True)
+class Route:
+    """One message type: its name on the wire, its class, the parts that take it (learner/gateway/gateway.py's
+    Gateway, learner/collection/collector.py's Collector, actor/runner.py's Session, the eval worker), the
+    receiver's states in which it is in turn, and the receiver's method that handles it. A message a receiver
+    does not take, or takes in other states, is refused by name (a learner: logged, counted, the sender
+    retired; an actor: logged, dropped); a type not in the table is a ProtocolError at decode."""
+    name: str
+    cls: type
+    by: frozenset[str]
+    when: frozenset[str]
+    handler: str
+
+
+def _route(name: str, cls: type, by: tuple[str, ...], when: set[str], handler: str) -> Route:
+    return Route(name, cls, frozenset(by), frozenset(when), handler)
+
+
+# a message type = one row here, its handler on each part in `by`, and its body's builder in _BUILDERS below
+TABLE = (
+    #       type          class        taken by              in turn while (the receiver's view)      handler
+    _route("handshake",  Handshake,   (GATEWAY,),           {UNREGISTERED, BUILDING, RUNNING},        "on_handshake"),
+    _route("starting",   Starting,    (GATEWAY,),           {BUILDING},                               "on_starting"),
+    _route("step",       StepReport,  (COLLECTOR,),         {BUILDING, RUNNING},                      "on_step"),
+    _route("goodbye",    Goodbye,     (COLLECTOR, ACTOR),   {BUILDING, RUNNING, PREPARING, SERVING},  "on_goodbye"),
+    _route("error",      Error,       (COLLECTOR, ACTOR),   {BUILDING, RUNNING, JOINING, PREPARING, SERVING}, "on_error"),
+    _route("welcome",    Welcome,     (ACTOR,),             {JOINING},                                "on_welcome"),
+    _route("redirect",   Redirect,    (ACTOR,),             {JOINING},                                "on_redirect"),
+    _route("actions",    Actions,     (ACTOR,),             {SERVING},                                "on_actions"),
+    _route("weights",    Weights,     (SUBSCRIBER,),        {FOLLOWING},                              "maybe_evaluate"),
+)
+ROUTES = {r.cls: r for r in TABLE}
+TYPES = {r.name: r.cls for r in TABLE}
+NAMES = {r.cls: r.name for r in TABLE}
+
+
+def turns_for(parts: frozenset[str]) -> dict[type, frozenset[str]]:
+    """{class: the states it is in turn in} for the types `parts` take: a receiver's lookup, made once (a
+    message's check is then one dict lookup and one set membership)."""
+    return {r.cls: r.when for r in TABLE if not r.by.isdisjoint(parts)}
+
+
+def refusal_of(msg, parts: frozenset[str], state: str) -> str | None:
+    """Why a receiver made of `parts` (the learner: LEARNER; an actor: {ACTOR}) may not take `msg` in `state`
+    (None: it may), by the table, naming the message and what is wrong: its direction or its turn."""
+    route = ROUTES[type(msg)]
+    if route.by.isdisjoint(parts):
+        return f"unexpected {route.cls.__name__}: only the {' or the '.join(sorted(route.by))} takes it"
+    if state not in route.when:
+        name = route.cls.__name__
+        side = next((states for states in STATES if state in states), frozenset())
+        return f"{name} while {state} (in turn while {' or '.join(sorted(route.when & side)) or 'never'})"
+    return None
 
 
 def encode(msg, sender: compression.Sender | None = None) -> list:
@@ -223,6 +292,13 @@ def _get(body: dict, key: str, kind, optional: bool = False):
     return value
 
 
+def printable(text: str, limit: int) -> str:
+    """`text` without control characters (newlines, escapes, bidi overrides, line separators: what could forge a
+    log line or rewrite a terminal), at most `limit` characters: names and reasons a peer sends are logged."""
+    text = text[:4 * limit]
+    return (text if text.isprintable() else "".join(c for c in text if c.isprintable()))[:limit]
+
+
 def _no_arrays(arrays):
     if arrays:
         raise ProtocolError(f"unexpected arrays {sorted(arrays)[:4]}")
@@ -236,7 +312,7 @@ def _handshake(body, arrays, expect):
     if groups not in (1, 2) or num_envs % groups:
         raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
     spaces = {k: None if body.get(k) is None else SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
-    return Handshake(num_envs=num_envs, name=_get(body, "name", str)[:100], groups=groups,
+    return Handshake(num_envs=num_envs, name=printable(_get(body, "name", str), 100), groups=groups,
                      env_id=_get(body, "env_id", str, optional=True),
                      codecs=compression.offered_codecs(body.get("codecs")), **spaces)
 
@@ -300,7 +376,7 @@ def _step(body, arrays, expect):
         _check(arrays, "final_obs", codec.DTYPE_NAMES[obs.dtype], (n_final, *obs.shape[1:]))
     elif report.final_obs is not None and (report.final_obs.ndim == 0 or len(report.final_obs)):
         raise ProtocolError("step: final_obs given without final_index")
-    _check_outcome(report)
+    _check_outcome(report, expect or Expect(0, 1, (), ""))
     return report
 
 
@@ -308,15 +384,21 @@ def _all_finite(arr: np.ndarray) -> bool:
     return np.count_nonzero(np.isfinite(arr)) == arr.size  # = .all(): count_nonzero is one C call, .all() is not
 
 
-def _check_outcome(report: StepReport) -> None:
-    """What the learner trusts beyond shapes: finite numbers, and a final observation for exactly the envs
-    cut by a time limit (truncated, not terminated), so none is bootstrapped from its reset observation."""
-    if not _all_finite(report.rewards):
-        raise ProtocolError("step: rewards must be finite")
-    if report.obs.dtype.kind == "f" and not _all_finite(report.obs):
-        raise ProtocolError("step: obs must be finite (NaN or inf in a float observation)")
-    if report.final_obs is not None and report.final_obs.dtype.kind == "f" and not _all_finite(report.final_obs):
-        raise ProtocolError("step: final_obs must be finite (NaN or inf in a float observation)")
+def _check_bounded(arr: np.ndarray, name: str, bound: float, key: str) -> None:
+    if not within(arr, bound):
+        worst = arr.flat[int(np.argmax(np.where(np.isnan(arr), np.inf, np.abs(arr))))]
+        raise ProtocolError(f"step: {name} must be finite and within +-{bound:g} (the learner's {key}), got {worst:g}")
+
+
+def _check_outcome(report: StepReport, expect: Expect) -> None:
+    """What the learner trusts beyond shapes: finite numbers within their declared bounds (float32 GAE and
+    losses overflow past them, issue 60), and a final observation for exactly the envs cut by a time limit
+    (truncated, not terminated), so none is bootstrapped from its reset observation."""
+    _check_bounded(report.rewards, "rewards", expect.max_abs_reward, "cluster.max_abs_reward")
+    if report.obs.dtype.kind == "f":
+        _check_bounded(report.obs, "obs", expect.max_abs_obs, "cluster.max_abs_obs")
+    if report.final_obs is not None and report.final_obs.dtype.kind == "f":
+        _check_bounded(report.final_obs, "final_obs", expect.max_abs_obs, "cluster.max_abs_obs")
     if len(report.episode_returns) and not _all_finite(report.episode_returns):
         raise ProtocolError("step: episode_returns must be finite")
     if len(report.episode_lengths) and report.episode_lengths.min() < 0:
@@ -351,14 +433,14 @@ def _weights(body, arrays, expect):
 def _text(cls):
     def build(body, arrays, expect):
         _no_arrays(arrays)
-        return cls(reason=_get(body, "reason", str)[:1000])
+        return cls(reason=printable(_get(body, "reason", str), 1000))
     return build
 
 
 def _error(body, arrays, expect):
     _no_arrays(arrays)
     rejoin = _get(body, "rejoin", bool, optional=True)  # absent from older peers' errors
-    return Error(reason=_get(body, "reason", str)[:1000], rejoin=bool(rejoin))
+    return Error(reason=printable(_get(body, "reason", str), 1000), rejoin=bool(rejoin))
 
 
 def _redirect(body, arrays, expect):
@@ -366,7 +448,7 @@ def _redirect(body, arrays, expect):
     address = _get(body, "address", str)
     if not address.startswith(("tcp://", "ipc://")) or len(address) > 512:
         raise ProtocolError(f"redirect: address must be a tcp:// or ipc:// endpoint of at most 512 chars, got {address!r:.80}")
-    return Redirect(address=address, reason=_get(body, "reason", str)[:1000])
+    return Redirect(address=address, reason=printable(_get(body, "reason", str), 1000))
 
 
 _BUILDERS = {"handshake": _handshake, "welcome": _welcome, "starting": _starting, "step": _step, "actions": _actions,

@@ -44,11 +44,11 @@ def _socket_name(i: int) -> str:
     return ("learner.sock", "weights.sock")[i] if i < 2 else f"socket-{i}.sock"
 
 
-def _tune(sock: zmq.Socket, max_bytes: int, hwm: int) -> zmq.Socket:
+def _tune(sock: zmq.Socket, max_bytes: int, hwm: int, rcvhwm: int | None = None) -> zmq.Socket:
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # oversized messages disconnect the sender
     sock.setsockopt(zmq.SNDHWM, hwm)
-    sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm if rcvhwm is None else rcvhwm)  # per peer: past it, zmq stops reading from it
     return sock
 
 
@@ -60,8 +60,9 @@ def _bind(sock: zmq.Socket, address: str) -> str:
 
 
 def bind_router(ctx: zmq.Context, address: str, max_bytes: int, hwm: int = 1000,
-                curve=None) -> tuple[zmq.Socket, str]:
-    sock = _tune(ctx.socket(zmq.ROUTER), max_bytes, hwm)
+                curve=None, rcvhwm: int | None = None) -> tuple[zmq.Socket, str]:
+    """`rcvhwm`: messages held per peer until read (default `hwm`, as queued to send to each)."""
+    sock = _tune(ctx.socket(zmq.ROUTER), max_bytes, hwm, rcvhwm)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a vanished actor raises instead of vanishing
     if curve is not None:
         curve.apply_server(sock)

@@ -58,3 +58,15 @@ def test_every_relative_link_resolves(doc):
         elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
             broken.append(f"{target}: no heading #{fragment} in {dest.name}")
     assert not broken, f"{doc.relative_to(ROOT)}: {broken}"
+
+
+def test_the_readmes_tour_names_only_what_is_there():
+    """Every file and folder the README's tour names exists (a module renamed or removed takes its line along)."""
+    text = (ROOT / "README.md").read_text()
+    tour = text[text.index("## A tour"):]
+    block = FENCE.search(tour).group(0)
+    names = set(re.findall(r"\b([a-z_]+(?:\.py|/))", block))
+    assert {"launch.py", "learner/", "main.py"} <= names, names
+    present = {p.name for p in ROOT.rglob("*") if not {".git", ".venv", "results"} & set(p.parts)}
+    missing = sorted(n for n in names if n.rstrip("/") not in present)
+    assert not missing, f"the README's tour names what is not in the repository: {missing}"

@@ -26,7 +26,7 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -45,6 +45,8 @@ class TrainingBatch:
     n_valid: int                   # env steps this rollout contributes (masked steps excluded)
     dropped: int                   # T x N minus n_valid: steps of vanished actors cut from the rollout
     width: int                     # env slots (columns) the rollout began with
+    nonfinite_slots: list[int] = field(default_factory=list)  # slots whose samples' values, advantages or
+    # returns are not finite (GAE overflowed): the batch is not trained on, their actors are struck (issue 60)
 
 
 @dataclass
@@ -142,6 +144,7 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
                                       d["terminated"] | d["truncated"], gamma, gae_lambda)
     # all valid (the usual case): views, not a copy of the whole rollout
     take = (lambda x: x.flatten(0, 1)) if n_valid == valid.numel() else (lambda x: x[valid])
+    bad = nonfinite_columns(advantages, returns, valid)
     data = {"obs": _observations(d, buf.layout.stack, None if n_valid == valid.numel() else valid),
             "actions": take(d["actions"]), "logprobs": take(d["logprobs"]),
             "values": take(d["values"]), "advantages": take(advantages), "returns": take(returns)}
@@ -149,7 +152,14 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
         data["gae"] = _gae_inputs(d, valid, extra, keep_gae_inputs, buf, (gamma, gae_lambda))
     if buf.layout.state_size:
         data["sequences"] = _sequences(d, buf, valid, data["obs"] if n_valid == valid.numel() else None)
-    return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N)
+    return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N, [buf.slots[c] for c in bad])
+
+
+def nonfinite_columns(advantages: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor) -> list[int]:
+    """The columns with a sample whose advantage or return (the value plus the advantage: a non-finite value
+    shows there too) is not finite: one pass, one read, per rollout."""
+    finite = (torch.isfinite(advantages) & torch.isfinite(returns)) | ~valid
+    return (~finite).any(0).nonzero().flatten().tolist()
 
 
 def _sequences(d: dict[str, torch.Tensor], buf: RolloutBuffer, valid: torch.Tensor,

@@ -15,7 +15,7 @@ import torch
 import zmq
 
 from learner.config import Config
-from learner.collection.collector import Collector, CollectorSettings
+from learner.collection.collector import Collector, CollectorSettings, NewerWeights
 from learner.collection.inference import Inference
 from learner.gateway.admission import Admission
 from learner.gateway.gateway import Gateway, Listen, Offer
@@ -78,30 +78,35 @@ def has_policy_lag(cfg: Config) -> bool:
 
 
 def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_process: bool) -> CollectorSettings:
-    """In a collector process the pool's wait for the first rollout has the deadline, and its rows are the
-    training process's (policy lag alternates those); deterministic runs have a single, in-process collector."""
+    """In a collector process the pool's wait for a rollout has the deadlines, and its rows are the training
+    process's (policy lag alternates two sets of each collector's); deterministic runs have a single,
+    in-process collector."""
     r, c = cfg.run, cfg.cluster
     return CollectorSettings(
         cfg.ppo.num_steps, device, c.actor_timeout_s, lockstep=r.deterministic, frame_stack=frame_stack,
         startup_timeout_s=c.startup_timeout_s if in_process else 0.0,
-        policy_lag=has_policy_lag(cfg) and in_process,
+        no_actors_timeout_s=c.no_actors_timeout_s if in_process else 0.0,
+        policy_lag=has_policy_lag(cfg),
         collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
 
 def assemble(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, policy: Inference,
              watchdog: Watchdog | None, link: DeviceLink, in_process: bool,
-             rows_for: Callable[[int], dict] | None = None) -> CollectionParts:
+             rows_for: Callable[[int], dict] | None = None, newer: NewerWeights | None = None) -> CollectionParts:
     """Registry, gateway and collector of one collection (the training process's, or a collector process's):
     the collector computes actions with `policy`, pets `watchdog`, copies through `link`; `rows_for`: a
-    collector process's columns of the training process's shared rollout."""
+    collector process's columns of the training process's shared rollout; `newer`: where it hears of newer
+    weights (policy lag)."""
     c, setup = run.cfg.cluster, gateway_setup
     registry = ActorRegistry(admission=setup.admission)  # the gateway admits actors, the collector serves them
     redirect = setup.redirect_for(registry)
     offer = Offer(spaces.actor_env, spaces.actor_obs_space, spaces.action_space, setup.env_seed, run.generation,
-                  run.run_id, c.codec)
-    listen = Listen(setup.ctx, setup.address, c.max_message_mb << 20, setup.curve, setup.wake)
+                  run.run_id, c.codec, (c.max_abs_reward, c.max_abs_obs))
+    receive = setup.admission.receive if setup.admission is not None else None  # the run's own message sizes
+    listen = Listen(setup.ctx, setup.address, receive.message_bytes if receive else c.max_message_mb << 20,
+                    setup.curve, setup.wake, receive.queued_messages if receive else 1000)
     gateway = Gateway(listen, offer, registry=registry, redirect=redirect)
     settings = collector_settings(run.cfg, torch.device(run.device), spaces.frame_stack, in_process)
     collector = Collector(gateway, registry, policy, layout, settings, watchdog=watchdog, link=link,
-                          rows_for=rows_for)
+                          rows_for=rows_for, newer=newer)
     return CollectionParts(registry, gateway, collector, redirect)

@@ -14,11 +14,11 @@ class Collection(ABC):
     rollouts: int    # collected so far
 
     @abstractmethod
-    def collect(self, min_envs: int, should_stop, version: int, go_on=None) -> RolloutBuffer | None:
+    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
         """One rollout, started once `min_envs` env slots are ready (None: asked to stop first); its actions
-        computed with weights `version`. `go_on` (policy lag): asked while the rollout fills; once it gives
-        the version of newer weights it has made the policy serve, groups that finish may go on into the next
-        rollout (learner/collection/collector.py: collect)."""
+        computed with weights `version`, and with policy lag by newer ones as soon as the update running
+        meanwhile is done (the scheduler's PolicyVersions, given at construction; groups that finish then go
+        on into the next rollout: learner/collection/collector.py)."""
 
     @abstractmethod
     def after_update(self, version: int, rank_slots: list[int] | None) -> None:
@@ -36,6 +36,11 @@ class Collection(ABC):
     @abstractmethod
     def know_ranks(self, rank_addresses: list[str]) -> None:
         """Rank 0 of several: where the other ranks listen (it redirects joiners there)."""
+
+    @abstractmethod
+    def strike(self, slots: list[int], reason: str) -> None:
+        """The actors holding these slots of the last rollout made it unusable (`reason`): each is struck (the
+        gateway's strikes and bans) and retired."""
 
     @abstractmethod
     def take_episodes(self) -> list[tuple[float, int]]:

@@ -6,8 +6,9 @@ them in slot order, so the result does not depend on process scheduling.
 
 With `collect_only` (collect-only runs, where the weights never change between rollouts) a group that
 has done its T steps goes straight on into the next rollout instead of idling until the slowest group
-catches up. With policy lag the training loop gives `collect` a `go_on`: once it says that the lagging
-update's weights are served (which keeps the lag at one version), groups flow on the same way.
+catches up. With policy lag the collector asks its `newer` (learner/rollout/scheduler.py: PolicyVersions in
+the training process, the shared weights in a collector process) between messages: once the lagging
+update's weights serve (which keeps the lag at one version), groups flow on the same way.
 """
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ from protocol import messages as m
 log = logging.getLogger("learner")
 
 
+class NewerWeights(Protocol):
+    """Where a collector hears that newer weights serve (policy lag): `newer(serving)` gives their version once
+    the update running while this rollout fills is done (and makes the policy serve them), else None."""
+
+    def newer(self, serving: int) -> int | None: ...
+
+
 class CollectorGateway(Protocol):
     """What the collector asks of its gateway (learner/gateway/gateway.py's `Gateway`; a unit test's fake needs
     no socket): the actors' messages in, actions out, who left, and the words for a wait's log line."""
@@ -45,6 +53,7 @@ class CollectorGateway(Protocol):
     def poll(self, timeout_ms: int) -> list[Incoming]: ...
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool: ...
     def retire(self, entry: ActorEntry, reason: str, tell: bool = True) -> None: ...
+    def refuse(self, entry: ActorEntry, reason: str) -> None: ...
     def take_departed(self) -> list[ActorEntry]: ...
     def check_liveness(self, timeout_s: float) -> None: ...
     def describe(self, limit: int = 8) -> str: ...
@@ -86,6 +95,7 @@ class CollectorSettings:
     lockstep: bool = False
     frame_stack: int = 1
     startup_timeout_s: float = 0.0
+    no_actors_timeout_s: float = 0.0  # the same for a later rollout: every actor gone (0: waits for ever)
     policy_lag: bool = False
     collect_only: bool = False
 
@@ -93,11 +103,12 @@ class CollectorSettings:
 class Collector:
     def __init__(self, gateway: CollectorGateway, registry: ActorRegistry, policy: Inference, layout: Layout,
                  settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
-                 rows_for=None):
+                 rows_for=None, newer: NewerWeights | None = None):
         """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's
         loops are the learner's); `link` makes (and counts) the copies between the host rollouts and the
         device; `rows_for(width)`, in a collector process, gives the memory a rollout of `width` columns is
-        written into (its columns of the shared rollout)."""
+        written into (its columns of the shared rollout); `newer`: with policy lag, where newer weights are
+        heard of (see the module doc; deterministic runs never ask: the switch would hang on thread timing)."""
         s = settings
         device = s.device
         self.gateway, self.registry, self.policy = gateway, registry, policy
@@ -111,9 +122,10 @@ class Collector:
         self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
         self.rows_for = rows_for
-        self.version = 0  # of the weights actions are computed with (given to each collect, or by go_on)
-        self.go_on, self.flowing = None, False  # see collect; flowing: groups that finish go on into the next
-        self.lagged: int | None = None  # policy lag: this rollout's steps acted before go_on answered
+        self.version = 0  # of the weights actions are computed with (given to each collect, or by newer)
+        self.newer = newer if s.policy_lag and not s.lockstep else None
+        self.flowing = False  # groups that finish go on into the next rollout
+        self.lagged: int | None = None  # policy lag: this rollout's steps acted before newer weights served
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
@@ -122,8 +134,10 @@ class Collector:
         self.episodes = RecentEpisodes()
         self.counters = RolloutCounters()  # where the rollout's time goes (learner/collection/counters.py)
         self.counts: RolloutCounts | None = None  # the last complete rollout's
+        self.handlers = {r.cls: getattr(self, r.handler) for r in m.TABLE if m.COLLECTOR in r.by}  # type -> method
         self.start_wait = StartWait(self.parked_slots, lambda: self._pump(100), self._waiting_on,
-                                    gateway.join_command, s.actor_timeout_s, s.startup_timeout_s)
+                                    gateway.join_command, s.actor_timeout_s, s.startup_timeout_s,
+                                    s.no_actors_timeout_s)
 
     def parked_slots(self) -> int:
         return sum(len(w.slots) for w in self.parked.values())
@@ -135,19 +149,16 @@ class Collector:
         self._pump(timeout_ms)
         return self.parked_slots() + (self.next.N if self.next is not None else 0)
 
-    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True,
-                go_on=None) -> RolloutBuffer | None:
+    def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
         stop first. The learner asks for its min_envs before the first rollout and for 1 after, so a run
         goes on after actors are lost for good (with no live env at all it waits, saying so). 0: start at
         once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner).
         `version`: the weights the actions are computed with, sent with them. `admit_first=False`: the caller
         has just been pumping (a collector process between rollouts), so a 0 starts without another pump.
-        `go_on()` (policy lag), asked once a pass until it answers: the version of the weights it has made
-        the policy serve, once the update reading the buffer the next rollout reuses is done; from then on
-        groups that finish this rollout go on into the next."""
-        self.version, self.flowing, self.lagged = version, self.collect_only, None
-        self.go_on = None if self.lockstep else go_on  # deterministic runs: the switch would hang on thread timing
+        With policy lag `newer` is asked once a pass until it answers (the update reading the buffer the next
+        rollout reuses is then done); from then on groups that finish this rollout go on into the next."""
+        self.version, self.flowing, self.lagged = max(version, self.version), self.collect_only, None
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.counters.begin()
@@ -164,13 +175,13 @@ class Collector:
             if should_stop():
                 return None
             self._pump(100)
-            if not self.flowing and self.go_on is not None:
-                self._ask_go_on()
+            if not self.flowing and self.newer is not None:
+                self._ask_newer()
             if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
                 self._check_stall()
         self.counts = self.counters.finish(self.buffer.N, [w for w in self.parked.values() if not w.fresh])
         self.counts.acted_steps = acted = sum(self.buffer.acted)
-        if self.policy_lag:  # one version behind: before go_on answered (all if it never did, but in a first rollout)
+        if self.policy_lag:  # one version behind: before newer answered (all if it never did, but in a first rollout)
             self.counts.lagged_steps = self.lagged if self.lagged is not None else 0 if self.rollouts == 1 else acted
         return self.buffer
 
@@ -233,16 +244,29 @@ class Collector:
         for item in items:
             if self.registry.get(item.actor.identity) is not item.actor:
                 continue  # retired later in the same batch (a rejected message): its columns are cut already
-            if isinstance(item.msg, m.StepReport):
-                self._on_report(item.actor, item.msg)
-            else:  # Goodbye or Error: the actor is leaving
-                self.gateway.retire(item.actor, f"said {type(item.msg).__name__.lower()}: {item.msg.reason}",
-                                    tell=False)
+            self.dispatch(item)
         self._infer()
         self.gateway.check_liveness(self.actor_timeout_s)
         self._cut_departed()
 
-    def _on_report(self, actor: ActorEntry, report: m.StepReport) -> None:
+    def dispatch(self, item: Incoming) -> None:
+        """Hand an admitted message to its handler, the one protocol/messages.py's table names; a type the table
+        does not give the collector is refused by name (logged, counted, its sender retired), never guessed at."""
+        handler = self.handlers.get(type(item.msg))
+        if handler is None:
+            self.gateway.refuse(item.actor, f"unexpected {type(item.msg).__name__}: not the collector's to take")
+        else:
+            handler(item.actor, item.msg)
+
+    def on_goodbye(self, actor: ActorEntry, msg: m.Goodbye | m.Error) -> None:
+        """The actor is leaving: its columns end here."""
+        self.gateway.retire(actor, f"said {type(msg).__name__.lower()}: {msg.reason}", tell=False)
+
+    def on_error(self, actor: ActorEntry, msg: m.Error) -> None:
+        """An error the actor could not get past (its envs' spaces differ, say): it is leaving, as on a goodbye."""
+        self.on_goodbye(actor, msg)
+
+    def on_step(self, actor: ActorEntry, report: m.StepReport) -> None:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
         self.counters.message()
@@ -269,9 +293,9 @@ class Collector:
         else:
             self.waiting[key] = item
 
-    def _ask_go_on(self) -> None:
-        """Policy lag: once go_on says newer weights serve, groups flow on (those parked already, at once)."""
-        if (version := self.go_on()) is None:
+    def _ask_newer(self) -> None:
+        """Policy lag: once newer weights serve, groups flow on (those parked already, at once)."""
+        if (version := self.newer.newer(self.version)) is None:
             return
         self.version, self.flowing, self.lagged = version, True, sum(self.buffer.acted)
         if self.parked:

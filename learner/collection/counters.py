@@ -14,7 +14,7 @@ Every env slot of a rollout of wall time W is somewhere all along, so its N x W 
 Per batch it keeps the batch's env slots and its latency (inference plus the sends), whose percentiles the
 rollout's summary gives. With policy lag it also counts the steps acted with weights one version behind
 those the rollout's update starts from (`lagged_share`): those acted before the lagging update's weights
-were served (learner/collection/collector.py: go_on); the rest were acted with the update's start weights.
+were served (learner/collection/collector.py: newer); the rest were acted with the update's start weights.
 A collector process sends its `RolloutCounts` with its shard; `summarize` merges those of the K collectors
 into the record metrics.jsonl gets per update (`collection`).
 """

@@ -7,9 +7,10 @@ import os
 
 from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, assemble
 from learner.collection.collection import Collection
-from learner.collection.collector import Collector
+from learner.collection.collector import Collector, NewerWeights
 from learner.collection.counters import summarize
 from learner.collection.inference import Inference
+from learner.collection.slot_owners import actors_of
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
 from learner.rollout.buffer import RolloutBuffer
@@ -20,12 +21,14 @@ from learner.stalls import Watchdog
 
 
 def open_in_process(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, policy: Inference,
-                    watchdog: Watchdog | None, link: DeviceLink, rank_targets: tuple | None) -> LocalCollection:
+                    watchdog: Watchdog | None, link: DeviceLink, rank_targets: tuple | None,
+                    versions: NewerWeights | None = None) -> LocalCollection:
     """Collection on this process's thread, computing actions with `policy`; `rank_targets`: rank 0's of several
-    ranks, for its RankBalancer (the gateway redirects joiners with it)."""
+    ranks, for its RankBalancer (the gateway redirects joiners with it); `versions`: where newer weights are
+    heard of (policy lag)."""
     gateway_setup = dataclasses.replace(gateway_setup, redirect_for=lambda registry: (
         RankBalancer(registry.num_slots, *rank_targets) if rank_targets else None))
-    parts = assemble(run, spaces, layout, gateway_setup, policy, watchdog, link, in_process=True)
+    parts = assemble(run, spaces, layout, gateway_setup, policy, watchdog, link, in_process=True, newer=versions)
     return LocalCollection(parts.gateway, parts.registry, parts.collector, parts.redirect)
 
 
@@ -51,8 +54,13 @@ class LocalCollection(Collection):
         if self.balancer is not None:
             self.balancer.know(rank_addresses)
 
-    def collect(self, min_envs: int, should_stop, version: int, go_on=None) -> RolloutBuffer | None:
-        return self.collector.collect(min_envs, should_stop, version, go_on=go_on)
+    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
+        return self.collector.collect(min_envs, should_stop, version)
+
+    def strike(self, slots: list[int], reason: str) -> None:
+        """(Nothing was received since the rollout ended: the slots' holders are the actors that filled them.)"""
+        for entry in actors_of(self.registry, slots):
+            self.gateway.strike(entry, reason)
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.collector.episodes.take_new()

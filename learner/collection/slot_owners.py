@@ -9,6 +9,12 @@ def actor_of(registry: ActorRegistry, slot: int) -> ActorEntry | None:
     return next((actor for actor in registry.by_identity.values() if slot in actor.slots), None)
 
 
+def actors_of(registry: ActorRegistry, slots: list[int]) -> list[ActorEntry]:
+    """The actors holding any of `slots`, each once."""
+    held = set(slots)
+    return [actor for actor in registry.by_identity.values() if held.intersection(actor.slots)]
+
+
 def group_of(registry: ActorRegistry, slot: int) -> tuple[bytes, int] | None:
     """The (actor id, group) key of the group that holds `slot`, or None."""
     actor = actor_of(registry, slot)

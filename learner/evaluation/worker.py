@@ -36,6 +36,7 @@ from learner.seeds import eval_env_seed
 from learner.weights.message import load_broadcast
 from protocol import messages as m
 from protocol.errors import ProtocolError
+from protocol.files import open_append
 from protocol.processes import parent_alive
 from protocol.security import ClientKeys
 from protocol.transport import connect_sub, recv_frames
@@ -126,7 +127,7 @@ class Evaluator:
                   "eval_s": time.monotonic() - t0, "time": time.time()}
         if video:
             result["video"] = f"videos/update_{version:08d}.mp4"
-        with open(self.run_dir / "eval.jsonl", "a") as f:
+        with open_append(self.run_dir / "eval.jsonl") as f:
             f.write(json.dumps(result) + "\n")  # one write of a whole line: readers never see half of it
         log.info("update %d: eval return %.2f +- %.2f over %d episodes (%.1fs)%s", version, s["mean"], s["std"],
                  s["episodes"], result["eval_s"], f", video {result['video']}" if video else "")
@@ -136,7 +137,7 @@ class Evaluator:
         self.env.close()
 
 
-def run(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
+def run_evaluator(cfg: Config, run_dir: str | Path, parent_pid: int = 0) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unwind: a half-written video is removed
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [eval] %(message)s", datefmt="%H:%M:%S")
-    return run(cfg, run_dir)
+    return run_evaluator(cfg, run_dir)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,21 @@ the machine's memory, so that nothing one local client claims can grow the learn
 The learner's memory per env slot is its rollout columns: (num_steps + 1) observations and a few scalars per
 step, held ROLLOUT_COPIES times (the rollout being filled, the previous one kept for reuse or trained on, and
 the update's batch); with a recurrent core (model.core) also its state: a start flag per step and the state at
-each sequence's start in each of those copies, and the slot's row of the inference's state table. A handshake
-whose claim would pass a limit is refused: over the per-actor limit for good (retrying would not help), over
-the total for now (the actor retries; slots free up as peers leave).
+each sequence's start in each of those copies, and the slot's row of the inference's state table. Each actor
+admitted also holds a receive queue in the learner, up to `queue_bytes` (receive.py: zmq's limits on its
+messages, derived from the run's own), counted in the budget too (issue 60). A handshake whose claim would
+pass a limit is refused: over the per-actor limit for good (retrying would not help), over the total for now
+(the actor retries; slots free up as peers leave).
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from learner.gateway.receive import ReceiveLimits
 from protocol.messages import MAX_ENV_SLOTS
 
 ROLLOUT_COPIES = 3  # rollouts of one slot alive at once: filling, previous (reused / trained on), the batch
@@ -62,6 +65,12 @@ class Admission:
     max_envs: int  # env slots all peers together may hold
     max_envs_per_actor: int  # env slots one peer may claim
     state_bytes: int = 0  # of slot_bytes, a recurrent core's state (state_bytes)
+    receive: ReceiveLimits | None = None  # what one peer's messages may hold before they are read (receive.py)
+
+    @property
+    def queue_bytes(self) -> int:
+        """One admitted actor's receive queue at most, counted in the budget (0: not counted)."""
+        return self.receive.peer_bytes if self.receive is not None else 0
 
     @classmethod
     def of(cls, budget_mb: int, per_actor: int, run_envs: int, obs_shape: tuple, obs_dtype: str, num_steps: int,
@@ -79,8 +88,16 @@ class Admission:
         if parts <= 1:
             return self
         share = self.max_envs // parts
-        return Admission(self.budget_bytes // parts, self.slot_bytes, share, min(self.max_envs_per_actor, share),
-                         self.state_bytes)
+        return replace(self, budget_bytes=self.budget_bytes // parts, max_envs=share,
+                       max_envs_per_actor=min(self.max_envs_per_actor, share))
+
+    def with_queues(self, receive: ReceiveLimits) -> "Admission":
+        """The same limits, with each admitted actor's receive queue (receive.peer_bytes) counted in the budget."""
+        return replace(self, receive=receive)
+
+    def bytes_for(self, slots: int, actors: int) -> int:
+        """The memory `slots` env slots and the receive queues of `actors` actors may take."""
+        return slots * self.slot_bytes + actors * self.queue_bytes
 
     def check_claim(self, claimed: int) -> None:
         """Raise AdmissionRefused (for good) when one peer claims more env slots than any one may hold, however
@@ -91,28 +108,33 @@ class Admission:
                 f"(cluster.max_envs_per_actor; the memory budget is {_mb(self.budget_bytes)}, "
                 f"{_mb(self.slot_bytes)} per env slot)", retry=False)
 
-    def check(self, claimed: int, held: int) -> None:
-        """Raise AdmissionRefused unless a peer may claim `claimed` env slots while `held` are taken."""
+    def check(self, claimed: int, held: int, actors: int = 0) -> None:
+        """Raise AdmissionRefused unless a peer may claim `claimed` env slots while `held` are taken by `actors`."""
         self.check_claim(claimed)
-        if held + claimed > self.max_envs:
+        if held + claimed > self.max_envs or self.bytes_for(held + claimed, actors + 1) > self.budget_bytes:
+            queues = f" with {actors} receive queues" if self.queue_bytes else ""
             raise AdmissionRefused(
-                f"full: {held} of {self.max_envs} env slots are held and {claimed} more would pass the memory "
+                f"full: {held} of {self.max_envs} env slots are held{queues} and {claimed} more would pass the memory "
                 f"budget of {_mb(self.budget_bytes)} (cluster.memory_budget_mb); try again later", retry=True)
 
-    def describe(self, run_envs: int) -> str:
+    def describe(self, run_envs: int, run_actors: int = 0) -> str:
         """The one start-up line: the budget, what it admits, and what this run's own actors will use."""
         state = f", {_mb(self.state_bytes)} of it recurrent state" if self.state_bytes else ""
-        return (f"memory budget {_mb(self.budget_bytes)} for rollouts ({_mb(self.slot_bytes)} per env slot{state}): "
+        queues = f" and receive queues ({self.receive.describe()})" if self.receive is not None else ""
+        actors = f" and {run_actors} actors" if self.queue_bytes else ""
+        return (f"memory budget {_mb(self.budget_bytes)} for rollouts ({_mb(self.slot_bytes)} per env slot{state})"
+                f"{queues}: "
                 f"up to {self.max_envs} env slots, {self.max_envs_per_actor} per actor; this run's {run_envs} "
-                f"env slots will use {_mb(run_envs * self.slot_bytes)}")
+                f"env slots{actors} will use {_mb(self.bytes_for(run_envs, run_actors))}")
 
 
-def check_run_fits(admission: Admission, run_envs: int, min_envs: int) -> str | None:
+def check_run_fits(admission: Admission, run_envs: int, min_envs: int, run_actors: int = 0) -> str | None:
     """Why the run's own actors could never fit the budget (None: they fit)."""
     need = max(run_envs, min_envs)
-    if need > admission.max_envs:
-        return (f"the run's {need} env slots need {_mb(need * admission.slot_bytes)} of rollout memory, more than "
-                f"the memory budget of {_mb(admission.budget_bytes)} (cluster.memory_budget_mb): "
+    if need > admission.max_envs or admission.bytes_for(need, run_actors) > admission.budget_bytes:
+        queues = f" and {run_actors} actors' receive queues" if admission.queue_bytes and run_actors else ""
+        return (f"the run's {need} env slots{queues} need {_mb(admission.bytes_for(need, run_actors))} of memory, "
+                f"more than the memory budget of {_mb(admission.budget_bytes)} (cluster.memory_budget_mb): "
                 f"fewer envs, a shorter ppo.num_steps or a larger budget")
     return None
 

@@ -22,14 +22,17 @@ from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
 from protocol.transport import bind_router
 from learner.gateway.admission import AdmissionRefused
+from learner.gateway.events import Events
 from learner.gateway.log_limit import RateLimitedLog
 from learner.gateway.registry import BAN_S, ActorEntry, ActorRegistry
+from learner.gateway.rejoins import HandshakeRate, Probation
 from learner.seeds import slot_env_seed
 
 log = logging.getLogger("learner")
 
 MAX_BATCH_MESSAGES = 256  # drained per poll, so a flood cannot starve inference
 MAX_REMEMBERED_RETIREMENTS = 1024  # retired identities whose reason is kept, to tell them why
+GATEWAY_TYPES = frozenset(m.turns_for(frozenset({m.GATEWAY})))  # the types the gateway takes itself (the table's)
 _NOBLOCK, _SNDMORE_NOBLOCK = int(zmq.NOBLOCK), int(zmq.SNDMORE | zmq.NOBLOCK)  # ints: enum flags cost Python calls
 
 
@@ -59,6 +62,7 @@ class Offer:
     generation: int
     run_id: str
     codec: str = "auto"  # cluster.codec: how its frames travel, picked from those it offers (protocol/compression.py)
+    bounds: tuple[float, float] = (m.FLOAT32_MAX, m.FLOAT32_MAX)  # its |rewards| and |float obs| (cluster.max_abs_*)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class Listen:
     max_bytes: int           # the largest message a peer may send
     curve: object | None = None  # protocol.security.ServerKeys, or None
     wake: int | None = None  # a file descriptor whose input ends a poll's wait too (a collector process's pipe)
+    max_queued: int = 1000   # messages held per peer until read (zmq RCVHWM; receive.py derives the run's)
 
 
 def refusal(exc: ProtocolError) -> list:
@@ -88,7 +93,8 @@ class Gateway:
         (the least loaded rank or collector; None: stay here); `warnings`: where rejections are logged (by
         default the learner's log, rate-limited)."""
         max_bytes, curve = listen.max_bytes, listen.curve
-        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve)
+        self.sock, self.endpoint = bind_router(listen.ctx, listen.address, max_bytes, curve=curve,
+                                               rcvhwm=listen.max_queued)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
         if listen.wake is not None:
@@ -100,14 +106,16 @@ class Gateway:
         self.settings, self.obs_space, self.action_space = offer.settings, offer.obs_space, offer.action_space
         self.run_seed, self.generation, self.run_id, self.max_bytes = (offer.run_seed, offer.generation, offer.run_id,
                                                                        max_bytes)
-        self.codec = offer.codec
+        self.codec, self.bounds = offer.codec, offer.bounds
         self.rejected = 0
         self.curved = curve is not None
-        self.events: list[str] = []
+        self.events = Events()  # joins, leaves and redirects: logged (repeats summarised), kept for the metrics line
         self.retired: OrderedDict[bytes, str] = OrderedDict()  # identity -> why it was retired (bounded)
+        self.rate, self.probation = HandshakeRate(), Probation()  # when a peer may hand-shake (rejoins.py)
 
     def close(self) -> None:
         self.warnings.flush(everything=True)
+        self.events.flush(everything=True)
         for entry in list(self.registry.by_identity.values()):
             self._send(entry.identity, m.Goodbye("learner shutting down"))
         self.sock.close(linger=1000)  # let the goodbyes leave before the connection drops
@@ -167,17 +175,35 @@ class Gateway:
             return None
         except Exception as exc:  # a decoder bug must cost one message, never the learner
             return self._reject(identity, entry, f"undecodable message ({type(exc).__name__}: {exc})")
-        if isinstance(msg, m.Handshake):
-            if entry is not None:
-                self.retire(entry, "handshook again (restarted)", tell=False)
-            return self._handshake(identity, msg, self._remote(frames[1]))
-        if entry is None:
-            return self._unknown(identity, msg)
-        if (why := entry.turns.out_of_turn(msg)) is not None:  # checked here, so a duplicate in one batch is refused too
+        # by protocol/messages.py's table; checked here, so a duplicate in one batch is refused too
+        why = m.refusal_of(msg, m.LEARNER, m.UNREGISTERED) if entry is None else entry.turns.out_of_turn(msg)
+        if why is not None:
+            if entry is None:
+                return self._unknown(identity, msg)
             return self._reject(identity, entry, f"out of turn: {why}")
+        if type(msg) in GATEWAY_TYPES:
+            return getattr(self, m.ROUTES[type(msg)].handler)(identity, entry, msg, frames)
         entry.turns.accept(msg)
         self.registry.heard(entry)
-        return None if isinstance(msg, m.Starting) else Incoming(entry, msg)
+        return Incoming(entry, msg)  # the collector's (Collector.dispatch)
+
+    def on_handshake(self, identity: bytes, entry: ActorEntry | None, msg: m.Handshake, frames) -> None:
+        if not self.rate.allow(identity):  # a flood of well-formed handshakes: struck, then banned
+            self._reject(identity, entry, f"handshake refused: {self.rate.describe()}")
+            return self._answer(identity, m.Error("too many handshakes: wait, then hand-shake again", rejoin=True))
+        if entry is not None:
+            self.retire(entry, "handshook again (restarted)", tell=False)
+        return self._handshake(identity, msg, self._remote(frames[1]))
+
+    def on_starting(self, identity: bytes, entry: ActorEntry, msg: m.Starting, frames) -> None:
+        """A sign of life while the actor builds its envs: where it stands, for the log; nothing to collect."""
+        entry.turns.accept(msg)
+        self.registry.heard(entry)
+
+    def refuse(self, entry: ActorEntry, reason: str) -> None:
+        """A message the collector cannot take, refused as the gateway refuses one (logged, counted, its sender
+        retired)."""
+        self._reject(entry.identity, entry, reason)
 
     def _reject(self, identity: bytes, entry: ActorEntry | None, reason: str) -> None:
         """Count and log a rejected message. A registered sender is retired at once (its last step is
@@ -193,6 +219,17 @@ class Gateway:
         if entry is not None:
             self.retire(entry, "too many rejected messages" if banned else f"sent a rejected message ({reason})")
         return None
+
+    def strike(self, entry: ActorEntry, reason: str) -> None:
+        """An actor whose data was found unusable after it was accepted (a rollout's non-finite advantages or
+        returns in its env slots, issue 60): struck as a rejected message's sender is (banned past the limit),
+        and retired; it may rejoin."""
+        banned = self.registry.strike(entry.identity)
+        self.warnings.warn(entry.name, "batches refused", reason, f"striking {entry.name}: {reason}")
+        if banned:
+            self.warnings.warn(entry.name, "bans", "too many strikes", f"banning {entry.name} for {BAN_S:g}s: too "
+                                                                      "many strikes")
+        self.retire(entry, "too many strikes" if banned else reason)
 
     def _unknown(self, identity: bytes, msg) -> None:
         """A valid message from an identity not registered: most likely an actor retired while still
@@ -232,16 +269,20 @@ class Gateway:
                 self.registry.check_claim(hs.num_envs)
             except AdmissionRefused as exc:
                 problem = str(exc)
+        if problem is None and (deferred := self.probation.why_deferred(identity, hs.name)) is not None:
+            problem, later = deferred, True  # no redirect either: held back from every collector's next rollouts
         if problem is None and self.redirect is not None and (target := self.redirect(hs.num_envs)) is not None:
             self._answer(identity, m.Redirect(target, "the fewest live env slots are there"))
-            self._event(f"actor {hs.name or identity.hex()[:10]} ({hs.num_envs} envs) sent to {target}")
+            who = hs.name or identity.hex()[:10]
+            self.events.add(who, "redirects", f"actor {who} ({hs.num_envs} envs) sent to {target}")
             return None
         codec = compression.pick(self.codec, hs.codecs, remote)
         if problem is None:
             expect = m.Expect(group_size=hs.num_envs // hs.groups, groups=hs.groups,
                               obs_shape=self.obs_space.shape, obs_dtype=self.obs_space.dtype,
                               action_shape=self.action_space.shape, max_bytes=self.max_bytes,
-                              frames=None if codec == compression.NONE else compression.Receiver(codec, hs.groups))
+                              frames=None if codec == compression.NONE else compression.Receiver(codec, hs.groups),
+                              max_abs_reward=self.bounds[0], max_abs_obs=self.bounds[1])
             try:
                 entry = self.registry.join(identity, hs.name, hs.num_envs, hs.groups, expect)
             except AdmissionRefused as exc:  # full for now (rejoin: the actor retries later), or too greedy
@@ -260,7 +301,8 @@ class Gateway:
         self._send(identity, m.Welcome(entry.actor_id, entry.slots, seeds, self.settings.to_dict(),
                                        self.obs_space, self.action_space, self.run_id, codec))
         frames = "raw frames" if codec == compression.NONE else f"{codec} frames"
-        self._event(f"actor {entry.name} joined with {len(entry.slots)} envs (slots {entry.slots}), {frames}")
+        self.events.add(entry.name, "joins", f"actor {entry.name} joined with {len(entry.slots)} envs "
+                                             f"(slots {entry.slots}), {frames}")
         return None
 
     def send_actions(self, entry: ActorEntry, group: int, actions, version: int) -> bool:
@@ -293,7 +335,7 @@ class Gateway:
             if len(self.retired) > MAX_REMEMBERED_RETIREMENTS:
                 self.retired.popitem(last=False)
             self.departed.append(entry)
-            self._event(f"actor {entry.name} left: {reason}")
+            self.events.add(entry.name, "leaves", f"actor {entry.name} left: {reason}")
             if tell:
                 self._answer(entry.identity, m.Error(f"{self.retired[entry.identity]}; hand-shake again to rejoin",
                                                      rejoin=True))
@@ -305,8 +347,10 @@ class Gateway:
 
     def check_liveness(self, timeout_s: float) -> None:
         self.warnings.flush()  # the summaries of repeated warnings that are due
+        self.events.flush()
         for entry in self.registry.overdue(timeout_s):
             self.retire(entry, f"silent for more than {timeout_s:g}s")
+            self.probation.retired_silent(entry.identity, entry.name, timeout_s)  # held back from its next rollouts
 
     def describe(self, limit: int = 8) -> str:
         """The connected actors and where each stands, in one line (the first `limit` named)."""
@@ -317,11 +361,6 @@ class Gateway:
         more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
         return f"{len(entries)} connected: " + "; ".join(named) + more
 
-    def _event(self, text: str) -> None:
-        log.info(text)
-        self.events.append(text)
-
     def take_events(self) -> list[str]:
-        """The joins, leaves and redirects since the last call (the list is emptied: it stays bounded)."""
-        events, self.events = self.events, []
-        return events
+        """The joins, leaves and redirects since the last call (at most events.MAX_EVENTS, then a count of the rest)."""
+        return self.events.take()

@@ -30,8 +30,11 @@ class _Repeats:
 
 class RateLimitedLog:
     def __init__(self, logger: logging.Logger, window_s: float = WINDOW_S, max_lines: int = MAX_LINES,
-                 clock: Callable[[], float] = time.monotonic, max_keys: int = MAX_KEYS):
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = MAX_KEYS, level: int = logging.WARNING,
+                 noun: str = "warnings"):
+        """`level`, `noun`: what its lines are (the gateway's joins and leaves: INFO "events")."""
         self.log, self.window_s, self.max_lines, self.clock, self.max_keys = logger, window_s, max_lines, clock, max_keys
+        self.level, self.noun = level, noun
         self.repeats: OrderedDict[tuple, _Repeats] = OrderedDict()
         self.window_start, self.lines = clock(), 0
         self.held, self.held_peers = 0, set()  # warnings past max_lines in this window, and from whom
@@ -80,7 +83,7 @@ class RateLimitedLog:
         """Log `text` unless this window's lines are used up (then count it as held back); whether it was logged."""
         if self.lines < self.max_lines:
             self.lines += 1
-            self.log.warning("%s", text)
+            self.log.log(self.level, "%s", text)
             return True
         self.held += times
         if len(self.held_peers) < self.max_keys:
@@ -93,8 +96,8 @@ class RateLimitedLog:
             return
         if self.held:
             peers = f"{len(self.held_peers)}{' or more' if len(self.held_peers) >= self.max_keys else ''}"
-            self.log.warning("%d more warnings from %s peers held back in the last %.0f s (at most %d lines per %g s)",
-                             self.held, peers, now - self.window_start, self.max_lines, self.window_s)
+            self.log.log(self.level, "%d more %s from %s peers held back in the last %.0f s (at most %d lines per %g s)",
+                         self.held, self.noun, peers, now - self.window_start, self.max_lines, self.window_s)
         self.window_start, self.lines, self.held, self.held_peers = now, 0, 0, set()
 
     def _remember(self, key: tuple, repeats: _Repeats) -> None:

@@ -14,6 +14,7 @@ MAX_STRIKES = 20  # rejected messages tolerated from one peer before it is banne
 MAX_TRACKED_PEERS = 4096  # strike and ban tables keep at most this many identities (oldest forgotten first)
 BAN_S = 600.0  # how long a ban lasts
 PAUSE_S = 0.25  # a gap this long between two polls is the learner's own pause (an update): nobody's silence
+LEARNER_TURNS = m.turns_for(m.LEARNER)  # what an actor may send the learner, and when
 
 
 @dataclass
@@ -23,11 +24,16 @@ class Turns:
     owes: set = field(default_factory=set)  # groups that owe a report: their first, or the outcome of actions
     started: set = field(default_factory=set)  # groups whose first report has arrived
     prepared: tuple[int, int] | None = None  # (envs built, envs in all) from its last Starting message
+    phase: str = field(init=False, default=m.BUILDING)  # BUILDING until every first report, then RUNNING
 
     def out_of_turn(self, msg) -> str | None:
-        """Why the actor may not send `msg` now (None: it may). The protocol, per group: one first report
-        after the Welcome, then exactly one outcome per Actions message; Starting only while some group
-        has not sent its first report; Goodbye or Error at any time."""
+        """Why the actor may not send `msg` now (None: it may): the turn protocol/messages.py's table gives its
+        type in the actor's `phase` (Starting only while some group has not sent its first report; Goodbye or
+        Error at any time), then a step report's own rule, per group: one first report after the Welcome, then
+        exactly one outcome per Actions message."""
+        when = LEARNER_TURNS.get(type(msg))
+        if when is None or self.phase not in when:
+            return m.refusal_of(msg, m.LEARNER, self.phase)
         if isinstance(msg, m.StepReport):
             g = msg.group
             if msg.first:
@@ -35,17 +41,14 @@ class Turns:
             if g not in self.started:
                 return f"a step report for group {g} before its first report"
             return None if g in self.owes else f"a step report for group {g} that was not sent actions"
-        if isinstance(msg, m.Starting):
-            return None if len(self.started) < self.groups else "Starting after its first reports"
-        if isinstance(msg, (m.Goodbye, m.Error)):
-            return None
-        return f"unexpected {type(msg).__name__} from an actor"
+        return None
 
     def accept(self, msg) -> None:
         """Advance the protocol state for an in-turn message (see out_of_turn)."""
         if isinstance(msg, m.StepReport):
             self.owes.discard(msg.group)
             self.started.add(msg.group)
+            self.phase = m.RUNNING if len(self.started) == self.groups else m.BUILDING
         elif isinstance(msg, m.Starting):
             self.prepared = (msg.built, msg.total)
 
@@ -118,7 +121,7 @@ class ActorRegistry:
     def join(self, identity: bytes, name: str, num_envs: int, groups: int, expect: Expect) -> ActorEntry:
         """Assign slots, reusing those of departed actors first so slot ids (and env seeds) stay compact."""
         if self.admission is not None:
-            self.admission.check(num_envs, self.num_slots())  # AdmissionRefused, a ValueError
+            self.admission.check(num_envs, self.num_slots(), len(self.by_identity))  # AdmissionRefused, a ValueError
         if self.num_slots() + num_envs > self.max_envs:
             raise AdmissionRefused(f"joining would exceed the limit of {self.max_envs} env slots", retry=True)
         self.free_slots.sort()

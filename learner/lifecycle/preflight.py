@@ -12,6 +12,7 @@ from actor.envs import describe_spaces, make_env
 from learner.collection import Spaces
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.gateway.admission import Admission, check_run_fits, state_bytes
+from learner.gateway.receive import ReceiveLimits
 from learner.lifecycle.startup import StartupError, starting
 from learner.update.ranks import Ranks
 from protocol.settings import EnvSettings
@@ -68,16 +69,21 @@ def learner_spaces(cfg: Config) -> Spaces:
     return Spaces(actor_env, actor_obs_space, obs_space, action_space, stack)
 
 
-def admission_of(cfg: Config, obs_space, state_size: int = 0) -> Admission:
+def admission_of(cfg: Config, spaces: Spaces, state_size: int = 0) -> Admission:
     """What peers may claim on this rank, from the config and the machine's memory (and a recurrent core's
-    `state_size` floats per env slot); said in one line, and the run refused at start if its own actors could
-    not fit."""
-    c, p = cfg.cluster, cfg.ppo
+    `state_size` floats per env slot), with what each peer's messages may hold before they are read (from the
+    messages of this run's env, receive.py); said in one line, and the run refused at start if its own actors
+    could not fit."""
+    c, p, obs = cfg.cluster, cfg.ppo, spaces.obs_space
     state = state_bytes(state_size, p.num_steps, p.bptt or p.num_steps)
-    admission = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs_space.shape,
-                             obs_space.dtype, p.num_steps, state=state).split(c.learners)
-    if (why := check_run_fits(admission, cfg.num_envs // c.learners, c.min_envs)) is not None:
+    rollouts = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs.shape, obs.dtype,
+                            p.num_steps, state=state)
+    receive = ReceiveLimits.of(spaces.actor_obs_space, spaces.action_space, spaces.actor_env.env_id,
+                               rollouts.max_envs_per_actor, c.max_message_mb << 20)
+    admission = rollouts.with_queues(receive).split(c.learners)
+    run_envs, run_actors = cfg.num_envs // c.learners, -(-c.actors // c.learners)
+    if (why := check_run_fits(admission, run_envs, c.min_envs, run_actors)) is not None:
         raise StartupError(why)
-    log.info("%s", admission.describe(cfg.num_envs // c.learners))
+    log.info("%s", admission.describe(run_envs, run_actors))
     return admission
 

@@ -2,8 +2,9 @@
 
 PixelEncoder does what every image network needs (uint8 pixels scaled to [0, 1] here, not on the wire; the
 optional per-pixel input normalization; channels-last memory) around a conv body, so a new network is only
-its body: nature_body (Mnih et al. 2015, CleanRL's Atari network) or impala_body (Espeholt et al. 2018, the
-15-layer residual network of IMPALA, CleanRL's Machado-protocol script and Sample Factory).
+its body (the contract: learner/model/registry.py, where model.kind names it): nature_body (Mnih et al. 2015,
+CleanRL's Atari network) or impala_body (Espeholt et al. 2018, the 15-layer residual network of IMPALA,
+CleanRL's Machado-protocol script and Sample Factory).
 """
 from __future__ import annotations
 
@@ -58,18 +59,15 @@ def impala_body(in_channels: int, flat: int | None, activation: str,
     return nn.Sequential(convs, layer_init(nn.Linear(flat, 256), HIDDEN_GAIN), act())
 
 
-BODIES = {"cnn": nature_body, "impala": impala_body}
-
-
 class PixelEncoder(nn.Module):
-    """(C, H, W) images -> features: scale, normalize (optional), channels-last, then the conv body."""
+    """(C, H, W) images -> features: scale, normalize (optional), channels-last, then the conv body that
+    `make_body` builds (a registry.py body: nature_body by default)."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], body: str = "cnn", scale: float = 1 / 255,
+    def __init__(self, obs_shape: tuple[int, int, int], make_body=nature_body, scale: float = 1 / 255,
                  activation: str = "relu", normalize_input: bool = False):
         super().__init__()
         self.scale = scale
         self.input_norm = PixelNormalizer(tuple(obs_shape)) if normalize_input else None
-        make_body = BODIES[body]
         flat = _conv_output_size(make_body, obs_shape, activation)
         self.trunk = make_body(obs_shape[0], flat, activation)
         self.out_dim = self.trunk[-2].out_features

@@ -1,9 +1,9 @@
 """Actor-critic networks: an encoder (observations -> features) shared by a policy head and a value head.
 
-Images go through a PixelEncoder around a conv body (model.kind = "cnn": the Nature CNN; "impala": the
-IMPALA residual network); vectors through separate tanh MLPs for the policy and the value (sharing hurts on
-vector tasks). Every model exposes act / evaluate / value / greedy: act and greedy run without gradients
-(they feed the env); evaluate and value are differentiable (they feed the update).
+Images go through a PixelEncoder around a conv body; vectors through separate tanh MLPs for the policy and
+the value (sharing hurts on vector tasks). Which one: model.kind, an entry of learner/model/registry.py.
+Every model exposes act / evaluate / value / greedy: act and greedy run without gradients (they feed the
+env); evaluate and value are differentiable (they feed the update).
 
 model.core = "lstm" | "gru" puts a recurrent core (learner/model/core.py) between the encoder and the heads:
 act, greedy and value then take each row's state (act and greedy step it in place), and evaluate replays
@@ -19,6 +19,7 @@ from learner.config import ModelConfig
 from learner.model.core import RecurrentCore
 from learner.model.encoders import HIDDEN_GAIN, FlatEncoder, PixelEncoder
 from learner.model.heads import CategoricalHead, GaussianHead, layer_init, policy_head
+from learner.model.registry import AUTO, ENCODERS, PIXELS, VECTORS, auto_kind
 from protocol.spaces import SpaceSpec
 
 VALUE_GAIN = 1.0
@@ -127,7 +128,7 @@ def _mlp(in_dim: int, hidden: int) -> nn.Sequential:
     )
 
 
-CORE_SIZES = {"pixels": 256, "vectors": 64}  # model.core_size = 0: the core's width on each kind of input
+CORE_SIZES = {PIXELS: 256, VECTORS: 64}  # model.core_size = 0: the core's width on each kind of input
 
 
 def recurrent_core(cfg: ModelConfig | None, in_dim: int, inputs: str) -> RecurrentCore | None:
@@ -141,7 +142,7 @@ def mlp_actor_critic(obs_dim: int, action_space: SpaceSpec, hidden: int = 64, cf
                      ) -> ActorCritic:
     """Separate policy and value MLPs on the flattened observation (sharing hurts on vector tasks); with a
     core, both on its outputs."""
-    core = recurrent_core(cfg, obs_dim, "vectors")
+    core = recurrent_core(cfg, obs_dim, VECTORS)
     width = obs_dim if core is None else core.size
     actor = _mlp(width, hidden)
     head = policy_head(hidden, action_space)
@@ -149,42 +150,48 @@ def mlp_actor_critic(obs_dim: int, action_space: SpaceSpec, hidden: int = 64, cf
     return ActorCritic(FlatEncoder(obs_dim), head, critic, actor=actor, core=core)
 
 
-def pixel_actor_critic(obs_shape: tuple[int, int, int], action_space: SpaceSpec, body: str, scale: float,
+def pixel_actor_critic(obs_shape: tuple[int, int, int], action_space: SpaceSpec, make_body, scale: float,
                        cfg: ModelConfig) -> ActorCritic:
-    encoder = PixelEncoder(obs_shape, body, scale=scale, activation=cfg.activation,
+    encoder = PixelEncoder(obs_shape, make_body, scale=scale, activation=cfg.activation,
                            normalize_input=cfg.normalize_input)
-    core = recurrent_core(cfg, encoder.out_dim, "pixels")
+    core = recurrent_core(cfg, encoder.out_dim, PIXELS)
     width = encoder.out_dim if core is None else core.size
     head = policy_head(width, action_space)
     return ActorCritic(encoder, head, layer_init(nn.Linear(width, 1), VALUE_GAIN), core=core)
 
 
 def build_model(obs_space: SpaceSpec, action_space: SpaceSpec, cfg: ModelConfig) -> ActorCritic:
+    """The actor-critic model.kind names (learner/model/registry.py), for these spaces."""
     if not (action_space.kind == "discrete" or len(action_space.shape) == 1):
         raise ValueError(f"unsupported action space {action_space}: need discrete or 1-D box")
     if obs_space.kind != "box":
         raise ValueError(f"unsupported observation space {obs_space}: need a box")
-    shape = obs_space.shape
-    is_image = len(shape) == 3 and np.dtype(obs_space.dtype) == np.uint8
-    kind = cfg.kind
-    if kind == "auto":
-        if is_image:
-            kind = "cnn"
-        elif len(shape) == 1:
-            kind = "mlp"
-        else:
-            raise ValueError(f"unsupported observation space {obs_space} for model.kind='auto': "
-                             "need (C, H, W) uint8 images or 1-D vectors (or force model.kind)")
-    if kind in ("cnn", "impala"):
-        if len(shape) != 3:
-            raise ValueError(f"unsupported observation space {obs_space} for model.kind={kind!r}: need (C, H, W)")
-        scale = 1 / 255 if np.dtype(obs_space.dtype) == np.uint8 else 1.0
-        try:
-            return pixel_actor_critic(shape, action_space, kind, scale, cfg)
-        except RuntimeError as exc:  # a resolution too small for the convs
-            raise ValueError(f"unsupported observation space {obs_space} for model.kind={kind!r}: {exc}") from None
-    if kind == "mlp":
+    encoder = ENCODERS[_resolve_kind(obs_space, cfg.kind)]
+    shape, why = obs_space.shape, f"unsupported observation space {obs_space} for model.kind={encoder.name!r}"
+    if encoder.inputs == VECTORS:
         if len(shape) == 0:
-            raise ValueError(f"unsupported observation space {obs_space} for model.kind='mlp': scalar box")
-        return mlp_actor_critic(obs_space.size, action_space, hidden=cfg.hidden, cfg=cfg)
-    raise ValueError(f"unknown model.kind {cfg.kind!r} for observation space {obs_space}")
+            raise ValueError(f"{why}: scalar box")
+        return encoder.build_body()(obs_space.size, action_space, hidden=cfg.hidden, cfg=cfg)
+    if len(shape) != 3:
+        raise ValueError(f"{why}: need (C, H, W)")
+    scale = 1 / 255 if np.dtype(obs_space.dtype) == np.uint8 else 1.0
+    try:
+        return pixel_actor_critic(shape, action_space, encoder.build_body(), scale, cfg)
+    except RuntimeError as exc:  # a resolution too small for the convs
+        raise ValueError(f"{why}: {exc}") from None
+
+
+def _resolve_kind(obs_space: SpaceSpec, kind: str) -> str:
+    """model.kind, with "auto" resolved by the observations: (C, H, W) uint8 images or 1-D vectors."""
+    if kind != AUTO:
+        if kind not in ENCODERS:
+            raise ValueError(f"unknown model.kind {kind!r} for observation space {obs_space} "
+                             f"(known: {', '.join(ENCODERS)})")
+        return kind
+    shape = obs_space.shape
+    if len(shape) == 3 and np.dtype(obs_space.dtype) == np.uint8:
+        return auto_kind(PIXELS)
+    if len(shape) == 1:
+        return auto_kind(VECTORS)
+    raise ValueError(f"unsupported observation space {obs_space} for model.kind='auto': "
+                     "need (C, H, W) uint8 images or 1-D vectors (or force model.kind)")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from learner.report.progress import ProgressBar
 from learner.report.sinks import build_sinks
-from protocol.files import WriteFailed, atomic_write
+from protocol.files import WriteFailed, atomic_write, open_append
 from protocol.private_dirs import remove_mine
 
 log = logging.getLogger("learner")
@@ -40,7 +40,7 @@ def setup_logging(run_dir: Path, rank: int = 0, tag: str = "") -> None:
     fmt = logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", "%H:%M:%S")
     logging.raiseExceptions = False  # a log file on a full disk: no traceback per line (stdout still has them)
     threading.excepthook = _thread_failed
-    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / log_name(rank))):
+    for handler in (logging.StreamHandler(sys.stdout), logging.StreamHandler(open_append(run_dir / log_name(rank)))):
         handler.setFormatter(fmt)
         root.addHandler(handler)
 
@@ -123,7 +123,7 @@ def drop_rows_after(path: Path, update: int) -> int:
             row_update = None  # a half-written last line from the crash
         (keep if isinstance(row_update, int) and row_update <= update else drop).append(line)
     if drop:
-        with open(path.with_name(path.name + ".dropped"), "a") as f:
+        with open_append(path.with_name(path.name + ".dropped")) as f:
             f.writelines(line if line.endswith("\n") else line + "\n" for line in drop)
         atomic_write(path, "".join(keep))
     return len(drop)
@@ -149,7 +149,7 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, cfg=None):
         run_dir = Path(run_dir)
         self.path = run_dir / "metrics.jsonl"
-        self.file = open(self.path, "a", buffering=1)
+        self.file = open_append(self.path, buffering=1)
         self.evals = EvalReader(run_dir / "eval.jsonl") if cfg is not None and cfg.eval.every > 0 else None
         self.sinks = build_sinks(run_dir, cfg)
         self.bar = None

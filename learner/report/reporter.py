@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from learner.config import Config
+from learner.gateway.events import cap_events
 from learner.report.episodes import RecentEpisodes
 from learner.report.metrics import MetricsWriter, append_line, close_quietly
+from protocol.files import open_append
 
 if TYPE_CHECKING:  # annotations only: report/ is the end of the data path
     from learner.advantages.batch import TrainingBatch
@@ -41,7 +43,7 @@ class Gathered:
     def fields(self, world: int) -> dict:
         """The metrics line's part: the job's totals, and each rank's with several ranks."""
         out = {"actors": sum(self.actors), "env_slots": sum(self.widths), "rejected_messages": self.rejected,
-               "dropped_samples": self.dropped, "events": self.events}
+               "dropped_samples": self.dropped, "events": cap_events(self.events)}
         if self.sums is not None:
             out.update(learners=world, rank_env_slots=self.widths, rank_actors=self.actors,
                        rank_weights_checksums=self.sums)
@@ -61,7 +63,7 @@ class Reporter:
         """`episodes`: the job's, pooled from every rank; `policy_lag`: the one in effect (0 without)."""
         self.cfg, self.episodes, self.updater, self.world, self.policy_lag = cfg, episodes, updater, world, policy_lag
         self.metrics = MetricsWriter(run_dir, cfg)
-        self.episodes_file = open(run_dir / "episodes.jsonl", "a", buffering=1)  # every finished episode, raw
+        self.episodes_file = open_append(run_dir / "episodes.jsonl", buffering=1)  # every finished episode, raw
 
     def write(self, job: Job, stats: dict, gathered: Gathered, interval: float, state: dict, since: Since,
               serial: dict | None = None) -> None:

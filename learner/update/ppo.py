@@ -10,7 +10,8 @@ the largest differences from the acting policy's are reported (replay_logprob_ma
 from __future__ import annotations
 
 import contextlib
-
+import copy
+import math
 
 import torch
 from torch import nn
@@ -19,7 +20,6 @@ from learner.config import PPOConfig, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import ValueNormalizer
 
-STAT_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "approx_kl_sq", "clip_fraction", "loss")
 BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
 
 
@@ -29,6 +29,10 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
              start_logprob: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
     there, so that reading them is one host sync per update, not one per statistic and minibatch).
+
+    The statistics are the update's: whatever this returns is averaged over the minibatches and ranks and
+    written to metrics.jsonl under its key (loss_statistics asks this function which there are), so a new
+    statistic is one more entry in `stats`, whose presence may depend on the config and the lag, not the data.
 
     start_logprob (policy lag): the log-probabilities under the policy this update started from (the proximal
     policy). With ppo.lag_decoupled the clipped objective is PPO's decoupled form (Hilton et al. 2021, "Batch size-invariance for
@@ -80,6 +84,13 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     return loss, stats
 
 
+def loss_statistics(cfg: PPOConfig, policy_lag: bool) -> tuple[str, ...]:
+    """The statistics ppo_loss reports under this config, in its order: asked of ppo_loss itself on a
+    two-sample batch, so that no list of them is kept anywhere else."""
+    x = torch.zeros(2)
+    return tuple(ppo_loss(x, x, x, x, x, x, x, cfg, start_logprob=x if policy_lag else None)[1])
+
+
 def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, start_logprob: torch.Tensor | None,
                          ratio: torch.Tensor, advantages: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
     """PPO's clipped surrogate; with ppo.lag_decoupled and a start policy, its decoupled form: the clip
@@ -93,6 +104,32 @@ def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, s
     if cfg.lag_weight_max > 0:  # V-trace's truncation (rho-bar)
         weight = weight.clamp(max=cfg.lag_weight_max)
     return (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
+
+
+def _nan_unless_finite(loss: torch.Tensor) -> torch.Tensor:
+    """1.0 for a finite loss, else NaN: the factor that turns a non-finite loss's gradients (an inf loss can have
+    finite ones) into NaN, so that the job's averaged gradient norm shows it on every rank alike."""
+    return torch.where(torch.isfinite(loss.detach()), 1.0, float("nan"))
+
+
+class UpdateStart:
+    """A PPOUpdater's state when an update starts (the weights and buffers, Adam's state, the value statistics,
+    the rate and beta), copied on the device, to go back to if the update turns out not finite."""
+
+    def __init__(self, updater: "PPOUpdater"):
+        self.model = copy.deepcopy(updater.model.state_dict())
+        self.optimizer = copy.deepcopy(updater.optimizer.state_dict())
+        vn = updater.value_norm
+        self.value_norm = None if vn is None else copy.deepcopy(vn.state_dict())
+        self.lr, self.beta = updater.lr, updater.beta
+
+    def restore(self, updater: "PPOUpdater") -> None:
+        updater.model.load_state_dict(self.model)
+        updater.optimizer.load_state_dict(self.optimizer)
+        if self.value_norm is not None:
+            updater.value_norm.load_state_dict(self.value_norm)
+        updater.lr, updater.beta = self.lr, self.beta
+        updater.optimizer.zero_grad(set_to_none=True)
 
 
 def _split_sizes(n: int, parts: int) -> list[int]:
@@ -211,8 +248,7 @@ class PPOUpdater:
         self.value_norm = value_norm  # shared with Inference, which de-normalizes the critic's outputs
         self.beta = cfg.kl_beta
         self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
-        self.loss_keys = (STAT_KEYS + (("kl_penalty",) if cfg.variant == "kl" else ())
-                          + (("behaviour_kl",) if policy_lag else ()))  # what ppo_loss reports
+        self.loss_keys = loss_statistics(cfg, policy_lag)  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
 
     def _autocast(self):
@@ -285,6 +321,10 @@ class PPOUpdater:
                generator: torch.Generator | None = None) -> dict[str, float]:
         """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
 
+        Not finite, it is dropped (issue 60): a step whose loss or gradient is not finite shows in the gradient
+        norm's sum, read with the statistics at the end; the weights, Adam's state, the value statistics and
+        the rate then go back to where the update started (`nonfinite_update` 1 in its statistics).
+
         The statistics stay on the device until the end, where one read brings them all to the host: on a
         GPU a read per statistic and minibatch would drain the queue of kernels about a hundred times per
         update (target_kl adds one read per epoch, which the early stop needs; the adaptive schedule one
@@ -297,6 +337,7 @@ class PPOUpdater:
         sequences = batch.get("sequences")  # a recurrent core's: the minibatches split its sequences
         counts = self.ranks.gather_ints(n if sequences is None else sequences.count())  # every rank's: the weights
         lr = self.learning_rate(progress)  # of its minibatch gradients
+        start = UpdateStart(self)  # what a non-finite step makes the update go back to
         self._set_lr(lr)
         replay = {} if sequences is None else replay_differences(  # before anything moves
             self.model, batch, cfg.num_minibatches, self._autocast, self.value_norm)
@@ -323,6 +364,9 @@ class PPOUpdater:
         values = torch.cat([pooled, tail, kls.double()]).tolist()  # the update's one read from the device
         named = len(keys) + len(extra)
         out = dict(zip(keys + tuple(extra), values[:named]))
+        if not math.isfinite(out["grad_norm"]):  # a step's loss or gradient was not finite, on some rank
+            start.restore(self)
+            return {**out, "nonfinite_update": 1}
         # adaptive: the rate the update ended with (the next one starts from it)
         out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
                    minibatches=minibatches, epoch_kls=values[named:])
@@ -412,7 +456,7 @@ class PPOUpdater:
                 with torch.no_grad():
                     first.update(ratio_max_dev=(new_logprob - old_logprob).exp().sub(1).abs().max(),
                                  clip_fraction=weight * stats["clip_fraction"])
-            loss.backward()
+            (loss * _nan_unless_finite(loss)).backward()  # x 1.0 exactly, or NaN gradients everywhere
         else:  # a rank without samples still takes part in the gradient average, with zeros
             zero = torch.zeros((), device=self.device)
             stats = dict.fromkeys(self.loss_keys, zero)

@@ -73,6 +73,15 @@ class Ranks:
         log.info("learner rank %d of %d (%s)", ranks.rank, ranks.world, dist.get_backend())
         return ranks
 
+    def own_group(self) -> "Ranks":
+        """The same ranks on a process group of their own (every rank calls this, in the same order): with
+        policy lag the update's collectives run in its thread while the training thread's run in theirs, and
+        two threads on one group would interleave their collectives differently on each rank."""
+        if not self.distributed:
+            return self
+        group = dist.new_group(timeout=datetime.timedelta(seconds=self.timeout_s))
+        return Ranks(self.rank, self.world, self.device, self.timeout_s, GroupComm(group))
+
     @property
     def main(self) -> bool:
         return self.rank == 0
@@ -208,6 +217,22 @@ class Ranks:
             n = p.numel()
             p.grad = flat[offset:offset + n].view_as(p).to(p.device)
             offset += n
+
+
+class GroupComm:
+    """torch.distributed's collectives (as Ranks calls them) on one process group of every rank."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def all_reduce(self, t, op=dist.ReduceOp.SUM, async_op=False):
+        return dist.all_reduce(t, op=op, group=self.group, async_op=async_op)
+
+    def all_gather(self, out, t, async_op=False):
+        return dist.all_gather(out, t, group=self.group, async_op=async_op)
+
+    def broadcast(self, t, src, async_op=False):
+        return dist.broadcast(t, src=src, group=self.group, async_op=async_op)
 
 
 def env_rank() -> int:

@@ -39,25 +39,27 @@ class UpdateRunner:
         self._stats: dict = {}
         self._error: BaseException | None = None
 
-    def _run(self, batch: dict | None, update: int) -> None:
+    def _run(self, batch: dict | None, progress: float) -> None:
         t0 = self.clock()
         try:
-            self._stats = {} if batch is None else self.updater.update(batch, update, self.generator)
+            self._stats = {} if batch is None else self.updater.update(batch, progress, self.generator)
         except BaseException as exc:  # re-raised in the learner's thread by result()
             self._error = exc
         self.heap.release()
         self.took_s = self.clock() - t0
         self.slowest = max(self.slowest, self.took_s)
 
-    def start(self, batch: dict | None, update: int) -> None:
-        """batch None: nothing to learn (collect-only); result() then gives empty stats."""
+    def start(self, batch: dict | None, progress: float) -> None:
+        """Run PPOUpdater.update(batch, progress): `progress` (env steps before this rollout / the schedule's
+        horizon) sets its learning rate. batch None: nothing to learn (collect-only); result() then gives empty
+        stats."""
         if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
-            self._thread = threading.Thread(target=self._run, args=(batch, update), name="ppo-update", daemon=True)
+            self._thread = threading.Thread(target=self._run, args=(batch, progress), name="ppo-update", daemon=True)
             self._thread.start()
             return
         torch.set_num_threads(self.threads)
-        self._run(batch, update)
+        self._run(batch, progress)
         torch.set_num_threads(1)  # while collecting, one thread: OpenMP workers would spin against the actors
 
     def running(self) -> bool:

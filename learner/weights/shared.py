@@ -3,12 +3,18 @@ map (shared memory on a CPU, CUDA IPC on a GPU, as Sample Factory shares its mod
 tensors hold.
 
 The training process writes it after each update (`publish`); a collector loads it into its own copy of the
-model before a rollout whose version differs (`load_into`). The two never overlap: the training process
-publishes only between rollouts, while every collector waits for its next one.
+model before a rollout whose version differs, or with policy lag as soon as it sees a newer version mid-rollout
+(`load_into`). A publish may then meet a load: the version is a sequence lock (WRITING while the tensors are
+written), so a load that saw WRITING, or a version that changed while it copied, copies again.
 """
 from __future__ import annotations
 
+import time
+
 import torch
+
+WRITING = -1
+LOAD_DEADLINE_S = 60.0  # a publish takes milliseconds; one that never ends is a dead training process
 
 
 def _tensors(modules) -> list[torch.Tensor]:
@@ -27,6 +33,7 @@ class SharedWeights:
 
     @torch.no_grad()
     def publish(self, modules, version: int) -> None:
+        self.version[0] = WRITING
         for dst, src in zip(self.tensors, _tensors(modules), strict=True):
             dst.copy_(src)
         if self.tensors and self.tensors[0].is_cuda:
@@ -36,9 +43,16 @@ class SharedWeights:
     @torch.no_grad()
     def load_into(self, modules) -> int:
         """Copy the shared tensors into `modules`; returns the version they hold."""
-        for dst, src in zip(_tensors(modules), self.tensors, strict=True):
-            dst.copy_(src)
-        return int(self.version[0])
+        deadline = time.monotonic() + LOAD_DEADLINE_S
+        while time.monotonic() < deadline:
+            before = int(self.version[0])
+            if before != WRITING:
+                for dst, src in zip(_tensors(modules), self.tensors, strict=True):
+                    dst.copy_(src)
+                if int(self.version[0]) == before:
+                    return before
+            time.sleep(0.001)  # a publish is under way: its copy takes about as long as ours
+        raise TimeoutError(f"the shared weights stayed mid-publish for {LOAD_DEADLINE_S:g}s")
 
     def current(self) -> int:
         return int(self.version[0])

@@ -1,4 +1,4 @@
-"""The actor's session plumbing: where it (re)joins."""
+"""The actor's session plumbing: where it (re)joins, and how it takes the learner's messages (by the table)."""
 import json
 import os
 from pathlib import Path
@@ -9,7 +9,8 @@ import pytest
 import zmq
 
 from actor.env_groups import ActorEnvs
-from actor.runner import ActorOptions, LearnerGone, Refused, _prepare, learner_address
+from actor.runner import (ActorOptions, Busy, LearnerGone, Redirected, Refused, Retired, Session, _prepare,
+                          learner_address)
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
@@ -51,3 +52,34 @@ def test_an_actor_whose_env_has_other_spaces_tells_the_learner_and_is_refused():
         learner.close(0)
         actor.close(0)
         ctx.term()
+
+
+def test_a_message_the_table_does_not_give_an_actor_now_is_logged_by_name_counted_and_dropped(caplog):
+    """Not silently: the first of each type and state in full; never acted on (a Welcome while serving would
+    otherwise be lost without a word, as before the table)."""
+    session = Session(None, ActorEnvs(), ActorOptions(learner="inproc://none", name="a"))
+    welcome = m.Welcome(0, [0], [1], {}, SpaceSpec(kind="box", shape=(3,)), SpaceSpec(kind="discrete", n=2))
+    with caplog.at_level("WARNING", logger="actor"):
+        for msg, state in [(welcome, m.SERVING), (welcome, m.SERVING), (m.Goodbye("x"), m.JOINING),
+                           (m.StepReport(0, np.zeros((1, 3)), np.zeros(1), np.zeros(1, bool), np.zeros(1, bool)),
+                            m.SERVING)]:
+            assert session.dispatch(msg, state) is None
+    assert session.unexpected == 4
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["actor a: ignoring a message from the learner: Welcome while serving (in turn while joining)",
+                     "actor a: ignoring a message from the learner: Goodbye while joining (in turn while preparing or "
+                     "serving)",
+                     "actor a: ignoring a message from the learner: unexpected StepReport: only the collector takes it"]
+
+
+def test_the_learners_answers_end_the_wait_as_the_table_routes_them():
+    session = Session(None, ActorEnvs(), ActorOptions(learner="inproc://none"))
+    assert session.dispatch(m.Goodbye("the end"), m.SERVING) == "the end"
+    with pytest.raises(Busy):  # before a welcome, "rejoin" is "full for now"
+        session.dispatch(m.Error("full", rejoin=True), m.JOINING)
+    with pytest.raises(Retired):
+        session.dispatch(m.Error("retired", rejoin=True), m.SERVING)
+    with pytest.raises(Refused):
+        session.dispatch(m.Error("another game"), m.PREPARING)
+    with pytest.raises(Redirected):
+        session.dispatch(m.Redirect("tcp://10.0.0.2:5555"), m.JOINING)

@@ -47,3 +47,26 @@ def test_sleeping_actors_show_where_a_training_rollouts_time_goes(tmp_path):
     assert b["serial_s"]["update"] > 0 and len(b["messages_per_s"]) == 1, b
     for needle in ("parked at the rollout's end", "serial, every actor parked", "latency ms p50/p90/p99"):
         assert needle in done.stdout, done.stdout[-2000:]
+
+
+def test_the_inference_delay_waits_after_each_batch_in_a_learner_process_and_only_with_its_variable():
+    """benchmarks/inference_delay/sitecustomize.py (--inference-delay-ms): a process started with it on
+    PYTHONPATH and the variable set waits after every Inference.act; without the variable nothing changes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    probe = ("import time, numpy as np, torch; from learner.collection.inference import Inference; "
+             "from protocol.spaces import SpaceSpec; p = Inference(None, SpaceSpec(kind='discrete', n=2), "
+             "torch.device('cpu'), None, seed=0, random_actions=True); t = time.monotonic(); "
+             "[p.act([np.zeros((1, 4), np.float32)]) for _ in range(5)]; print(time.monotonic() - t)")
+    took = {}
+    for ms in ("40", ""):
+        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'benchmarks' / 'inference_delay'}",
+               "PPO_BENCH_INFERENCE_DELAY_MS": ms}
+        out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr[-2000:]
+        took[ms] = float(out.stdout.split()[-1])
+    assert took["40"] >= 5 * 0.040 and took[""] < 5 * 0.040

@@ -150,6 +150,21 @@ def test_resume_and_policy_lag_with_two_collectors(tmp_path):
     assert rows[-1]["episodes"] > rows[7]["episodes"]
 
 
+def test_with_policy_lag_each_collector_serves_newer_weights_mid_rollout_and_trains_on(tmp_path):
+    """Issue 62: with collector processes the weights of the update that runs while a rollout fills reach
+    the collectors as soon as it is done, mid-rollout (some rollouts' steps are partly one version behind, partly
+    not: before, a collector switched only between rollouts), and the run trains to its end."""
+    run_dir = tmp_path / "lag_flow"
+    result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
+                        "--total-steps", "4096", "--set", "ppo.num_steps=32", "--set", "run.policy_lag=1",
+                        "--set", "ppo.update_epochs=2", timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = metrics(run_dir)
+    assert [r["update"] for r in rows] == list(range(1, 17)) and all(r["policy_lag"] == 1 for r in rows)
+    shares = [r["collection"]["lagged_share"] for r in rows[1:]]
+    assert any(0 < s < 1 for s in shares), f"no rollout switched weights mid-way: {shares}"
+
+
 def test_two_collectors_keep_one_frame_per_step_and_the_update_rebuilds_what_the_network_saw(tmp_path):
     """Breakout, stacked on the learner: each collector writes one frame per step into the one set of shared
     rows, and the stacks the update rebuilds from them are the ones inference saw: before its first step the

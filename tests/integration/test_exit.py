@@ -37,7 +37,7 @@ sys.meta_path.insert(0, CtrlCOnImport())
 """
 
 
-@pytest.mark.parametrize("module", ["argparse", "multiprocessing", "actor", "learner.config", "learner.lifecycle.rundir",
+@pytest.mark.parametrize("module", ["argparse", "multiprocessing", "actor", "learner.config", "learner.lifecycle.run_lock",
                                     "protocol.files"])
 def test_ctrl_c_during_launch_imports_exits_zero_without_a_traceback(tmp_path, module):
     """issue 32: Ctrl-C in the first 0.15 s printed a KeyboardInterrupt traceback from one of launch.py's imports.

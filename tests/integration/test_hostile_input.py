@@ -95,8 +95,8 @@ OFFENCES = {  # what the rogue sends, and what the learner's answer must name
     "inf-final": "final_obs must be finite",
     "missing-final": "must list each env truncated and not terminated once",
     "replayed-outcome": "that was not sent actions",
-    "actions": "unexpected Actions from an actor",
-    "starting-late": "Starting after its first reports",
+    "actions": "unexpected Actions: only the actor takes it",
+    "starting-late": "Starting while running (in turn while building)",
 }
 
 
@@ -190,3 +190,106 @@ def test_a_registered_actor_out_of_turn_costs_only_its_own_slots(tmp_path):
     saved = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
     assert all(torch.isfinite(v).all() for v in saved["obs_norm"].values() if isinstance(v, torch.Tensor)), \
         "the observation normalizer's statistics stayed finite"
+
+
+# --- a rule-abiding client whose numbers do not fit (issue 60, point 1) -----------------------------------
+
+def _play_huge_rewards(address: str, ctx: zmq.Context, deadline_s: float) -> m.Error:
+    """Join with one env, answer every Actions with a well-formed report whose reward is 3.3e38 (finite in
+    float32), until the learner refuses it: its Error."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    try:
+        sock.send_multipart(m.encode(m.Handshake(1, "huge")))
+        assert isinstance(_next(sock), m.Welcome)
+        sock.send_multipart(_report(0, first=True))
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            answer = _next(sock)
+            if isinstance(answer, m.Error):
+                return answer
+            assert isinstance(answer, m.Actions), answer
+            sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.full(1, 3.3e38, np.float32),
+                                                      np.zeros(1, bool), np.zeros(1, bool))))
+        raise AssertionError(f"the learner took rewards of 3.3e38 for {deadline_s}s")
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("bound", ["default", "float32-max"])
+def test_a_client_reporting_huge_finite_rewards_costs_only_its_own_slots(tmp_path, bound):
+    """A same-user client plays by the rules with rewards of 3.3e38: it gave update 11 a NaN loss and ended the
+    run after three learner restarts. Now it is refused on the wire naming cluster.max_abs_reward (default
+    1e6); with the bound raised to float32's largest, its rollout's GAE overflows, that rollout is dropped
+    (counted in metrics.jsonl) and its actor struck. Either way the run trains on, finite, and ends cleanly."""
+    run_dir = tmp_path / bound
+    extra = ["--set", "cluster.max_abs_reward=3.4e38"] if bound == "float32-max" else []
+    proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
+                  "--set", "run.checkpoint_every=5", *extra)
+    ctx = zmq.Context()
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        address = json.loads((run_dir / "endpoints.json").read_text())["address"]
+        answer = _play_huge_rewards(address, ctx, 60)
+        assert answer.rejoin, answer
+        if bound == "default":
+            assert "rewards must be finite and within +-1e+06 (the learner's cluster.max_abs_reward), got 3.3e+38" \
+                in answer.reason, answer.reason
+        else:
+            assert "made non-finite advantages or returns" in answer.reason, answer.reason
+        before = metrics(run_dir)[-1]["update"]
+        later = wait_for(lambda: [r for r in metrics(run_dir) if r["update"] >= before + 5], 120,
+                         "five more updates", proc)
+        assert later[-1]["actors"] == 2 and later[-1]["env_slots"] == 8, later[-1]
+        assert later[-1]["nonfinite_batches"] == (1 if bound == "float32-max" else 0), later[-1]
+        assert all(r["policy_loss"] is not None and r["value_loss"] is not None for r in later), later[-1]
+    finally:
+        ctx.term()
+        out = stop(proc)
+    assert proc.returncode == 0, out[-3000:]
+    assert "restart 1 of" not in out, out[-3000:]
+    import torch
+    saved = torch.load(sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
+    assert all(torch.isfinite(v).all() for v in saved["model"].values()), "the weights stayed finite"
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_big_junk_from_many_peers_costs_the_learner_no_memory(tmp_path):
+    """Issue 60, point 6: 8 DEALERs sending 60 MB junk (under cluster.max_message_mb) took a CartPole learner from
+    0.35 to 1.16 GB, up to 4 GB while updates were slow: each peer's queue held 1,000 messages of up to 64 MB.
+    Scaled here: 4 peers x 8 messages of 8 MB during slow updates. Now a CartPole peer may send some 20 KB (zmq
+    drops the connection of a larger one before allocating it) and 4 messages wait per peer; the start-up line
+    counts the queues in the memory budget."""
+    run_dir = tmp_path / "big"
+    proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
+                  "--set", "ppo.update_epochs=50", "--set", "run.checkpoint_every=1000")
+    ctx = zmq.Context()
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        info = json.loads((run_dir / "endpoints.json").read_text())
+        before, junk = _peak_rss_mb(info["pid"]), np.random.default_rng(0).bytes(8 << 20)
+        peers = []
+        for _ in range(4):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(info["address"])
+            peers.append(sock)
+        for _ in range(8):
+            for sock in peers:
+                sock.send(junk, copy=False)
+        n = len(metrics(run_dir))
+        wait_for(lambda: len(metrics(run_dir)) >= n + 1, 120, "one more update", proc)
+        grown = _peak_rss_mb(info["pid"]) - before
+    finally:
+        ctx.destroy(linger=0)
+        out = stop(proc)
+    assert grown < 40, f"the learner's peak memory grew {grown:.0f} MB"
+    assert "and receive queues (" in out and "4 messages of up to" in out, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]

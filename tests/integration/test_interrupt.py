@@ -139,3 +139,35 @@ def test_ctrl_c_at_a_terminal_leaves_the_runs_own_lines_only(tmp_path):
         assert word not in screen, screen[-3000:]
     last = metrics(run_dir)[-1]["update"]
     assert (run_dir / "checkpoints" / f"ckpt_{last:08d}.pt").exists(), sorted((run_dir / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("moment, to", [
+    ("learner starting", "group"),  # a closed terminal: SIGHUP to every process of its foreground group
+    ("training", "group"),
+    ("training", "learner"),  # launch.py alone: tests/launcher/test_stops.py
+])
+def test_a_hang_up_stops_in_order_with_a_final_checkpoint_and_exits_zero(tmp_path, moment, to):
+    """Issue 60, point 8: SIGHUP (the terminal closed) is a stop like SIGTERM, whichever processes get it: the
+    learner writes its final checkpoint, the actors leave on its goodbye, exit 0, no process left (it killed
+    them all at once, exit 129, no checkpoint)."""
+    proc, run_dir, console = start(tmp_path)
+    try:
+        wait_for(lambda: MOMENTS[moment](run_dir), 90, moment, proc)
+        if to == "group":
+            os.killpg(proc.pid, signal.SIGHUP)
+        else:
+            os.kill(proc.pid if to == "launch" else endpoints(run_dir)["pid"], signal.SIGHUP)
+        proc.wait(timeout=60)
+    finally:
+        kill_group(proc)
+    out = console.read_text()
+    assert proc.returncode == 0, out[-3000:]
+    logs = [out, *(p.read_text() for p in run_dir.glob("*.log"))]
+    assert not any("Traceback" in text for text in logs), out[-3000:]
+    assert "exited with code" not in out and "was killed" not in out, out[-3000:]
+    assert_session_gone(proc.pid, timeout=5)
+    if moment == "training":
+        last = metrics(run_dir)[-1]["update"]
+        assert (run_dir / "checkpoints" / f"ckpt_{last:08d}.pt").exists(), sorted((run_dir / "checkpoints").iterdir())
+        assert "final checkpoint" in (run_dir / "learner.log").read_text()
+        assert "interrupted (SIG" in (run_dir / "actors.log").read_text() or to != "group"

@@ -157,3 +157,59 @@ def test_max_learner_restarts_0_ends_the_run_at_the_first_death(tmp_path):
         out = stop(proc) if proc.poll() is None else out
     assert proc.returncode == 1, out[-3000:]
     assert "was killed by SIGKILL" in out and "restart limit reached (0" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("restarts", ["3", "0"])
+def test_a_learner_stopped_before_its_first_heartbeat_is_killed_and_restarted_or_ends_the_run(tmp_path, restarts):
+    """Issue 60, point 2: SIGSTOP of the learner as soon as processes.json names it (before its first beat). Its
+    heartbeat counts from its spawn: killed past run.learner_silent_s, one line, then restarted under the policy
+    (the run reaches its budget, exit 0) or, with no restart allowed, the run ends with exit 1 naming it. (It hung
+    launch.py for ever, and after a SIGCONT exited 0 with no update done.)"""
+    run_dir = tmp_path / "stopped-at-start"
+    proc = launch(*SMOKE, "--total-steps", "256", "--set", "run.learner_silent_s=3", "--max-learner-restarts",
+                  restarts, "--run-dir", str(run_dir))
+    first = None
+    try:
+        first = wait_for(lambda: learner_pid(run_dir), 60, "processes.json naming the learner", proc)
+        os.kill(first, signal.SIGSTOP)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+        try:
+            os.kill(first, signal.SIGCONT)  # if it outlived the test, let it see its launcher gone
+        except (ProcessLookupError, TypeError):
+            pass
+    silent = [line for line in out.splitlines() if "gave no sign of life" in line]
+    assert len(silent) == 1 and "learner-0" in silent[0] and "killing it" in silent[0], out[-3000:]
+    if restarts == "0":
+        assert proc.returncode == 1, out[-3000:]
+        assert "was killed by SIGKILL after update 0; not restarting it" in out, out[-3000:]
+        return
+    assert proc.returncode == 0, out[-3000:]
+    assert len([line for line in out.splitlines() if "restart 1 of 3" in line]) == 1, out[-3000:]
+    assert learner_pid(run_dir) != first
+    assert metrics(run_dir)[-1]["env_steps"] >= 256
+
+
+def test_a_run_whose_actors_are_all_given_up_ends_loudly_with_a_final_checkpoint(tmp_path):
+    """Issue 60, point 3: actors that keep dying past their restart limit left the run waiting for actors for
+    ever (0 updates, no end). Now, with none left for cluster.no_actors_timeout_s after the first rollout, the
+    learner writes its final checkpoint and the run ends with exit 1 naming the key; it is not restarted."""
+    run_dir = tmp_path / "no-actors"
+    proc = launch(*SMOKE, "--total-steps", "100000000", "--max-restarts", "0", "--set",
+                  "cluster.no_actors_timeout_s=3", "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 120, "an update", proc)
+        actors = json.loads((run_dir / "processes.json").read_text())["actors"]
+        for pid in actors.values():
+            os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        out = stop(proc) if proc.poll() is None else out
+    assert proc.returncode == 1, out[-3000:]
+    assert out.count("restart limit reached (0 within an hour") == 2, out[-3000:]
+    assert "none of this run's actors is left" in out, out[-3000:]
+    assert "after the first rollout (cluster.no_actors_timeout_s = 3; 0 waits for ever)" in out, out[-3000:]
+    assert "not restarting it: it had no actor for cluster.no_actors_timeout_s" in out, out[-3000:]
+    last = metrics(run_dir)[-1]["update"]
+    assert (run_dir / "checkpoints" / f"ckpt_{last:08d}.pt").exists()

@@ -11,7 +11,8 @@ import time
 import pytest
 import zmq
 
-from learner.gateway.admission import Admission
+from learner.config import load
+from learner.lifecycle.preflight import admission_of, learner_spaces
 from protocol import messages as m
 from protocol.transport import connect_dealer
 from tests.integration.cluster import NO_RESTART, launch, metrics, start_actor, stop, kill_group, wait_for
@@ -43,11 +44,14 @@ def test_a_ghost_is_retired_for_its_own_silence_and_its_slots_let_a_waiting_acto
     learner is full; the ghost is retired within its timeout of silence and the extra actor gets in. A greedy
     client claiming 4,092 envs meanwhile is refused with the reason and the learner's memory does not move."""
     run_dir = tmp_path / "ghost"
-    budget = Admission.of(1, 0, 8, (4,), "float32", 32)  # CartPole's rollout columns in a budget of 1 MB
-    ghost_envs = budget.max_envs - 8  # with the run's own 8 slots: every slot of the budget
+    limits = ["cluster.memory_budget_mb=1", "cluster.max_envs_per_actor=200"]  # CartPole's rollouts in 1 MB
+    cfg = load("configs/cartpole.toml", limits)
+    budget = admission_of(cfg, learner_spaces(cfg))  # as the learner counts it: its rollouts, each actor's queue
+    ghost_envs = (budget.budget_bytes - budget.bytes_for(8, 3)) // budget.slot_bytes  # with the run's own 2 actors:
+    assert 100 < ghost_envs <= 200                                                     # every byte of the budget
     proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
-                  "--set", "cluster.actor_timeout_s=2", "--set", "cluster.memory_budget_mb=1",
-                  "--set", f"cluster.max_envs_per_actor={ghost_envs}", "--set", "run.checkpoint_every=1000")
+                  "--set", "cluster.actor_timeout_s=2", *(a for kv in limits for a in ("--set", kv)),
+                  "--set", "run.checkpoint_every=1000")
     ctx, extra = zmq.Context(), None
     try:
         wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
@@ -111,3 +115,50 @@ def test_an_absurd_update_is_refused_before_anything_starts(tmp_path):
     assert result.returncode == 2, result.stdout[-2000:]
     assert "a minibatch would hold less than one sample" in result.stdout
     assert "Traceback" not in result.stdout
+
+
+def silent_rejoiner(address: str, seconds: float, retry_s: float = 2.5) -> int:
+    """A client that joins, sends its first report, never answers, and rejoins as soon as it is retired (issue 60,
+    point 5); told to ask again later, it does after retry_s. Returns how many times it was welcomed."""
+    import numpy as np
+    ctx = zmq.Context()
+    sock, welcomes, deadline = connect_dealer(ctx, address, 64 << 20), 0, time.monotonic() + seconds
+    try:
+        sock.send_multipart(m.encode(m.Handshake(1, "silent")))
+        while time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            msg = m.decode(sock.recv_multipart())
+            if isinstance(msg, m.Welcome):
+                welcomes += 1
+                sock.send_multipart(m.encode(m.StepReport(0, np.zeros((1, 4), np.float32), np.zeros(1, np.float32),
+                                                          np.zeros(1, bool), np.zeros(1, bool), first=True)))
+            elif isinstance(msg, m.Error) and msg.rejoin:
+                if "probation" in msg.reason:
+                    time.sleep(retry_s)  # the client's own backoff, not synchronization
+                sock.send_multipart(m.encode(m.Handshake(1, "silent")))
+    finally:
+        ctx.destroy(linger=0)
+    return welcomes
+
+
+def test_a_silent_client_that_rejoins_at_once_costs_its_own_slots_not_every_rollout(tmp_path):
+    """Before: it was welcomed again as soon as it was retired, and every rollout waited the whole
+    cluster.actor_timeout_s for it (683 updates a minute without it, 15 with it). Now each retirement for silence
+    puts it on probation, twice as long each time: over 12 s with a 1 s timeout it gets in at most 4 times
+    (before: about 8), and the run trains meanwhile."""
+    run_dir = tmp_path / "silent"
+    proc = launch("--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--total-steps", "100000000",
+                  "--set", "cluster.actor_timeout_s=1", "--set", "run.checkpoint_every=1000")
+    try:
+        wait_for(lambda: len(metrics(run_dir)) >= 1, 90, "the first update", proc)
+        address, before = json.loads((run_dir / "endpoints.json").read_text())["address"], metrics(run_dir)[-1]["update"]
+        welcomes = silent_rejoiner(address, seconds=12.0)
+        after = metrics(run_dir)[-1]["update"]
+        retired = sum(e.startswith("actor silent left: silent") for r in metrics(run_dir) for e in r["events"])
+    finally:
+        out = stop(proc)
+    assert 1 <= welcomes <= 4 and retired >= 1, (welcomes, retired)
+    assert after > before + 5, (before, after)
+    assert "on probation for" in (run_dir / "learner.log").read_text()
+    assert proc.returncode == 0, out[-3000:]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from protocol.private_dirs import PID_FILE
-from tests.integration.cluster import ROOT, endpoints, kill_group, launch, metrics, stop, wait_for
+from tests.integration.cluster import ROOT, endpoints, kill_group, launch, metrics, run_launch, stop, wait_for
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Unix sockets and /proc: Linux")]
@@ -140,3 +140,27 @@ def test_a_killed_learners_socket_directory_is_removed_by_the_next_start():
     finally:
         kill_group(victim)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_root_does_not_take_over_another_users_run_directory(tmp_path):
+    """Issue 60, point 7: as root, a run directory that nobody made (0777, metrics.jsonl and learner.log symlinked
+    into a root-only directory) was trained in, written through the symlinks, and left nobody's. Now: exit 2, one
+    line, nothing touched."""
+    private = tmp_path / "root-only"
+    private.mkdir(mode=0o700)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    for name in ("metrics.jsonl", "learner.log"):
+        (theirs / name).symlink_to(private / name)
+        os.lchown(theirs / name, NOBODY, NOBODY)
+    os.chown(theirs, NOBODY, NOBODY)
+    os.chmod(theirs, 0o777)
+    for where in (("--run-dir", str(theirs), "--config", "configs/smoke.toml"), ("--resume", str(theirs))):
+        done = run_launch(*where, timeout=60)
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1, done.stdout[-2000:]
+        assert lines[0].startswith("error: run directory") and "uid 65534" in lines[0], lines
+    st = theirs.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (NOBODY, 0o777)
+    assert sorted(p.name for p in theirs.iterdir()) == ["learner.log", "metrics.jsonl"] and list(private.iterdir()) == []

@@ -181,3 +181,41 @@ def test_the_limit_counts_the_restarts_of_the_last_hour_so_a_nights_sporadic_fau
     assert not verdict.restart and "restart limit reached (3 within an hour" in verdict.why
     clock.now += 3600  # an hour later the limit has room again
     assert policy.decide(1, progressed=True).restart
+
+
+def test_an_actor_slots_restarts_are_counted_per_hour_like_the_learners():
+    """Issue 60, point 3: the actors' limit counted over the whole run, so sporadic deaths used it up; now
+    --max-restarts is per slot within any hour, each restart after a back-off that doubles (0.5 s ... 30 s)."""
+    from launcher.restarts import ActorRestarts
+    clock = Clock()
+    restarts = ActorRestarts(limit=3, clock=clock)
+    delays = []
+    while (delay := restarts.delay(0)) is not None:
+        delays.append(delay)
+        restarts.restarted(0)
+        clock.now += 60.0
+    assert delays == [0.5, 1.0, 2.0]  # then the limit: 3 within the hour
+    assert restarts.delay(1) == 0.5, "each slot counts its own"
+    clock.now += 3600.0 - 3 * 60.0 + 1.0  # the first restart is now over an hour old
+    assert restarts.delay(0) == 2.0 and restarts.in_window(0) == 2
+
+
+def test_a_learner_that_had_no_actor_for_the_limit_is_not_restarted():
+    from learner.lifecycle.process import EXIT_NO_ACTORS
+    verdict = RestartPolicy(limit=3, clock=Clock()).decide(EXIT_NO_ACTORS, progressed=True)
+    assert not verdict.restart and "cluster.no_actors_timeout_s" in verdict.why
+
+
+def test_last_update_finds_the_last_complete_line_whatever_its_length(tmp_path):
+    """Issue 60, point 4: after a 904 KB metrics line (16,256 events) last_update(), which read the last 64 KB,
+    returned 0, and launch.py took every restart for one before any update."""
+    path = tmp_path / "metrics.jsonl"
+    events = [f"actor flood joined with 1 envs (slots [{i}])" for i in range(20000)]
+    path.write_text(json.dumps({"update": 7}) + "\n" + json.dumps({"update": 8, "events": events}) + "\n" + '{"upd')
+    assert path.stat().st_size > 900_000
+    assert last_update(path) == 8
+    assert last_update(path, chunk=7) == 8  # lines and newlines cut anywhere by the chunks
+    path.write_text(json.dumps({"update": 3, "events": events}))  # the file's only line, no newline yet
+    assert last_update(path, chunk=4096) == 3
+    path.write_text("\n\n")
+    assert last_update(path) == 0

@@ -15,7 +15,8 @@ from launcher.stops import StopRequests
 
 @pytest.fixture
 def stops():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGHUP, lambda *_: None)  # a SIGHUP StopRequests does not take is lost, not fatal here
     try:
         yield StopRequests()
     finally:
@@ -60,3 +61,13 @@ def test_a_child_starts_with_ctrl_c_blocked_and_the_launcher_does_not(stops):
     finally:
         child.join(10)
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_a_hang_up_is_a_stop_request(stops):
+    """Issue 60, point 8: the SIGHUP of a closed terminal stops the run in order, as SIGTERM does (it killed
+    launch.py at once, exit 129)."""
+    os.kill(os.getpid(), signal.SIGHUP)  # delivered before kill() returns: the handler runs at the next bytecode
+    deadline = time.monotonic() + 10
+    while not stops() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert stops(), "the SIGHUP was not taken as a stop request"

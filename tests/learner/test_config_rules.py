@@ -45,7 +45,6 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["cluster.collectors=65"], ["cluster.collectors", "[0, 64]", "65"]),
     (["cluster.collectors=2", "run.deterministic=true"], ["cluster.collectors = 2", "deterministic"]),
     (["cluster.collectors=2", "normalize.obs=true"], ["cluster.collectors = 2", "normalize.obs"]),
-    (["cluster.learners=2", "run.policy_lag=1"], ["run.policy_lag = 1", "cluster.learners = 2"]),
     (["cluster.learners=2", "normalize.reward=true"], ["normalize.reward", "cluster.learners = 2"]),
     # [cluster] addresses (issue 32: a weights port of 99999 was silently changed)
     (["cluster.address='udp://x'"], ["cluster.address", "tcp://", "udp://x"]),
@@ -235,7 +234,7 @@ def bounds(info) -> dict[str, float]:
 
 def outside_and_inside(info):
     """[(a value just outside one bound, a value just inside it)] for each bound of a numeric field."""
-    step = (lambda x, d: x + d) if info.annotation is int else (lambda x, d: math.nextafter(x, x + d))
+    step = (lambda x, d: x + d) if info.annotation is int else (lambda x, d: math.nextafter(x, d * math.inf))
     out = []
     for name, edge in bounds(info).items():
         d = -1 if name in ("ge", "gt") else 1

@@ -63,3 +63,28 @@ def test_a_read_only_directory_is_one_clean_error(tmp_path):
         with pytest.raises(WriteFailed, match="cannot write"):
             atomic_write(folder / "state", "new")
         assert (folder / "state").read_text() == "old" and os.listdir(folder) == ["state"]
+
+
+def test_run_files_are_appended_to_but_never_through_a_symlink(tmp_path):
+    """Issue 60, point 7: metrics.jsonl and learner.log symlinked elsewhere had the run write where they pointed."""
+    from protocol.files import open_append
+    with open_append(tmp_path / "metrics.jsonl") as f:
+        f.write("one\n")
+    with open_append(tmp_path / "metrics.jsonl") as f:
+        f.write("two\n")
+    assert (tmp_path / "metrics.jsonl").read_text() == "one\ntwo\n"
+    target = tmp_path / "root-only"
+    target.write_text("kept\n")
+    (tmp_path / "learner.log").symlink_to(target)
+    with pytest.raises(WriteFailed, match="learner.log: it is a symbolic link"):
+        open_append(tmp_path / "learner.log")
+    assert target.read_text() == "kept\n"
+
+
+def test_the_learners_logs_refuse_a_symlinked_run_file(tmp_path):
+    from learner.report.metrics import MetricsWriter
+    target = tmp_path / "elsewhere"
+    (tmp_path / "metrics.jsonl").symlink_to(target)
+    with pytest.raises(WriteFailed, match="symbolic link"):
+        MetricsWriter(tmp_path)
+    assert not target.exists()

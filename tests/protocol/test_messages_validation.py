@@ -131,6 +131,28 @@ def test_non_finite_rewards(bad, pt):
     rejects(pt.to_wire(m.encode(msg)), pt.EXPECT_VEC, "rewards must be finite")
 
 
+@pytest.mark.parametrize("reward", [3.3e38, -2e6, 1e6 * (1 + 1e-6)])
+def test_a_finite_reward_past_the_learners_bound_is_refused_naming_it(reward, pt):
+    """Issue 60, point 1: a rule-abiding client reporting rewards of 3.3e38 made float32 GAE overflow and the
+    update NaN; the learner's bound (cluster.max_abs_reward) refuses it on the wire, by name, usual path or not."""
+    expect = dataclasses.replace(pt.EXPECT_VEC, max_abs_reward=1e6)
+    for final_index in ([], [2]):  # the usual report (protocol/usual_step.py) and the general decoder
+        msg = pt.make_step(expect, final_index=final_index)
+        msg.rewards[1] = reward
+        rejects(pt.to_wire(m.encode(msg)), expect,
+                f"step: rewards must be finite and within +-1e+06 (the learner's cluster.max_abs_reward), got {reward:g}")
+        msg.rewards[1] = 1e6  # the bound itself passes
+        assert m.decode(pt.to_wire(m.encode(msg)), expect=expect).rewards[1] == 1e6
+
+
+def test_a_float_observation_past_the_learners_bound_is_refused_naming_it(pt):
+    expect = dataclasses.replace(pt.EXPECT_VEC, max_abs_obs=100.0)
+    msg = pt.make_step(expect)
+    msg.obs[2, 0] = -1e30
+    rejects(pt.to_wire(m.encode(msg)), expect, "step: obs must be finite and within +-100 (the learner's "
+                                               "cluster.max_abs_obs), got -1e+30")
+
+
 @pytest.mark.parametrize("group", [2, 3, -1, 2**40])
 def test_step_group_out_of_range(group, pt):
     msg = pt.make_step(pt.EXPECT_IMG, group=group)
@@ -369,3 +391,12 @@ def test_an_env_terminated_and_truncated_at_once_sends_no_final_observation(pt):
 def test_starting_counts(built, total, pt):
     frames = pt.raw_message("starting", {"built": built, "total": total})
     rejects(frames, None, "starting: need 0 <= built <= total <= 4096")
+
+
+def test_names_and_reasons_arrive_without_control_characters():
+    """Issue 60, point 4: what a peer names itself, or gives as a reason, is logged: no newline may forge a line."""
+    hs = m.decode(m.encode(m.Handshake(1, "a\nb\r\x1b[31m\u2028c\u202e" + "d" * 200)))
+    assert hs.name == "ab[31mc" + "d" * 93 and len(hs.name) == 100
+    bye = m.decode(m.encode(m.Goodbye("done\n12:00:00 ERROR forged")))
+    assert bye.reason == "done12:00:00 ERROR forged"
+    assert m.decode(m.encode(m.Error("x\ty", rejoin=True))).reason == "xy"

@@ -5,6 +5,7 @@ clear error naming what came and what was expected.
     to a collector                  Know       collector 0 only: where it may redirect joiners
                                     Collect    load weights `version`, fill one rollout, answer Done
                                     Rows       where that rollout's columns go
+                                    Strike     the actors of these slots made a rollout unusable
                                     Close      goodbyes to the actors, exit
     from a collector                Ready      bound, at `endpoint`
                                     Width      a rollout starts with `columns` columns (then: Rows)
@@ -51,6 +52,11 @@ class Rows(Message):
     alive: set[int]       # the ids of the arrays the pool still has (the collector lets the others go)
 
 
+class Strike(Message):
+    slots: list[int]      # the collector's own slot numbers
+    reason: str
+
+
 class Close(Message):
     """Goodbyes to the actors, then exit."""
 
@@ -76,7 +82,7 @@ class Failed(Message):
     text: str
 
 
-TO_COLLECTOR = (Know, Collect, Rows, Close)
+TO_COLLECTOR = (Know, Collect, Rows, Strike, Close)
 FROM_COLLECTOR = (Ready, Width, Done, Stopped, Failed)
 
 

@@ -7,11 +7,19 @@ collector infers with its own copy of the model, loaded from `SharedWeights` bef
 version. The training process waits for the first rollout's env slots on the shared board, starts the K
 rollouts together, and merges the shards. A collector that dies or fails ends the run with one error
 naming it; none outlives the training process (they watch it, and are daemons of it).
+
+With policy lag (issue 62) the weights of the update that runs while a rollout fills are published as soon
+as it is done (the scheduler's PolicyVersions says when); each collector loads them between messages and its
+groups that finish go on into the next rollout at once. Each collector then starts its rollouts at its own
+time, so each has its own two sets of shared rows (`Rows` answers its `Width` whenever it comes) and the
+merged rollout is their concatenation, made once per rollout.
 """
 from __future__ import annotations
 
 import logging
+import signal
 import time
+from collections import deque
 from multiprocessing.connection import wait
 
 import torch
@@ -20,7 +28,7 @@ from learner.stalls import Stalled
 from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, has_policy_lag
 from learner.collection.collection import Collection
 from learner.collection.counters import summarize
-from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Width, describe_failure
+from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Strike, Width, describe_failure
 from learner.collection.processes.process import BEAT, BOARD_COLUMNS, READY, CollectorRole, CollectorSpec, collector_main
 from learner.collection.processes.shard import Shard, SharedRows, merge_shards
 from learner.collection.start_wait import StartWait
@@ -28,7 +36,9 @@ from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
+from learner.gateway.events import cap_events
 from learner.gateway.gateway import join_command
+from learner.gateway.registry import MAX_ENV_SLOTS
 from learner.gateway.placement import advertised_address
 from learner.weights.shared import SharedWeights
 
@@ -44,17 +54,15 @@ class CollectorLost(Stalled):
 
 
 def default_collectors(requested: int, device: torch.device, cores: int, deterministic: bool,
-                       normalize_obs: bool, policy_lag: bool = False, recurrent: bool = False) -> int:
+                       normalize_obs: bool, recurrent: bool = False) -> int:
     """cluster.collectors = 0: one collector per 8 cores of the learner host on a GPU (at most 4; each feeds
     one device with about a core's worth of Python), 1 on a CPU device, where inference competes with the
     actors and the update for the same cores, 1 where several would not be exact or would keep their own
-    observation statistics, and 1 with policy lag, where only the training process's collector lets groups
-    flow on into the next rollout once the lagging update is done (one collector took 118k agent steps/s on
-    an H200, several times what 16 cores of Atari envs give), and 1 with a recurrent core (model.core), whose
-    state per env slot lives in the training process's collector."""
+    observation statistics, and 1 with a recurrent core (model.core), whose state per env slot lives in the
+    training process's collector."""
     if requested:
         return requested
-    if deterministic or normalize_obs or policy_lag or recurrent or device.type == "cpu":
+    if deterministic or normalize_obs or recurrent or device.type == "cpu":
         return 1
     return max(1, min(4, cores // 8))
 
@@ -67,21 +75,24 @@ def collector_address(address: str, index: int) -> str:
 
 
 def start_collector_processes(k: int, run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup,
-                              link: DeviceLink, watchdog, rank_targets: tuple | None, served: list) -> CollectorPool:
+                              link: DeviceLink, watchdog, rank_targets: tuple | None, served: list,
+                              versions=None) -> CollectorPool:
     """K collector processes, collector 0 at gateway_setup.address, the others on free ports of the same host,
-    serving the `served` modules (published after each update); `rank_targets`: rank 0's of several ranks."""
+    serving the `served` modules (published after each update); `rank_targets`: rank 0's of several ranks;
+    `versions`: with policy lag, says when the update running meanwhile is done (learner/rollout/scheduler.py)."""
     specs = [CollectorSpec(run, spaces, layout, CollectorRole(
         i, k, gateway_setup.address if i == 0 else collector_address(gateway_setup.address, i),
         rank_targets if i == 0 else None, gateway_setup.admission.split(k))) for i in range(k)]
     return CollectorPool(specs, SharedWeights(served), served, run.cfg.ppo.num_steps, link, watchdog,
-                         run.cfg.cluster.advertise_host)
+                         run.cfg.cluster.advertise_host, versions)
 
 
 class CollectorPool(Collection):
     def __init__(self, specs: list[CollectorSpec], weights: SharedWeights, served: list, num_steps: int,
-                 link: DeviceLink, watchdog, advertise_host: str):
-        """`served`: the training process's modules the collectors serve (published after each update)."""
-        self.specs, self.weights, self.served = specs, weights, served
+                 link: DeviceLink, watchdog, advertise_host: str, versions=None):
+        """`served`: the training process's modules the collectors serve (published after each update, and with
+        policy lag as soon as `versions` says the update is done)."""
+        self.specs, self.weights, self.served, self.versions = specs, weights, served, versions
         first = specs[0]
         self.layout, self.num_steps, self.link, self.watchdog = first.layout, num_steps, link, watchdog
         self.shared_rows = first.shared_rows
@@ -106,8 +117,12 @@ class CollectorPool(Collection):
         self.events: list[str] = []
         self.rank_slots: list[int] | None = None  # for rank 0's RankBalancer, with the next collect
         self.start_wait = StartWait(lambda: int(self.board[:, READY].sum()), lambda: self._watch(0.05),
-                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s)
-        self.rows = SharedRows(num_steps, self.layout, has_policy_lag(first.run.cfg))  # where the collectors write
+                                    self._ready_line, self.join_command, c.actor_timeout_s, c.startup_timeout_s,
+                                    c.no_actors_timeout_s)
+        self.lag = has_policy_lag(first.run.cfg) and self.shared_rows
+        self.rows = SharedRows(num_steps, self.layout, False)  # where the collectors write (synchronous)
+        self.own_rows = [SharedRows(num_steps, self.layout, True) for _ in specs] if self.lag else []  # (lag)
+        self.handed: list[deque] = [deque() for _ in specs]  # (lag) each collector's rows of the rollouts it began
         self.sent: list[set[int]] = [set() for _ in specs]  # ids of the row arrays each collector holds
         log.info("%d collector processes on %s", len(specs), ", ".join(self.endpoints))
 
@@ -117,7 +132,11 @@ class CollectorPool(Collection):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=collector_main, name=f"collector-{spec.index}", daemon=True,
                                args=(spec, theirs, weights, self.board, self.halt))
-            proc.start()
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until collector_main ignores it
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             theirs.close()
             self.procs.append(proc)
             self.conns.append(mine)
@@ -160,15 +179,14 @@ class CollectorPool(Collection):
     def know_ranks(self, rank_addresses: list[str]) -> None:
         self._send(0, Know(self.addresses, rank_addresses))
 
-    def collect(self, min_envs: int, should_stop, version: int, go_on=None) -> RolloutBuffer | None:
-        """`go_on` is not asked: the collector processes load new weights only between rollouts, so their
-        groups wait for the rollout's end (the lagging update is joined after it)."""
+    def collect(self, min_envs: int, should_stop, version: int) -> RolloutBuffer | None:
+        """Every collector's shard of one rollout, merged (see the module doc for policy lag)."""
         if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
             return None
         for k in range(len(self.conns)):
             self._send(k, Collect(version, self.rank_slots if k == 0 else None))
         self.rank_slots = None
-        if self.shared_rows:
+        if self.shared_rows and not self.lag:
             widths = self._gather(Width, should_stop)
             if widths is None:
                 return None
@@ -178,13 +196,15 @@ class CollectorPool(Collection):
             return None
         shards = [d.shard for d in done]
         self.counts = [d.counts for d in done if d.counts is not None]
-        if not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
+        if self.lag:
+            rows = self._joined_rows(shards)
+        elif not self.shared_rows:  # collect-only: the collectors kept their rows; these only carry the counts
             rows = self.rows.take(sum(len(s.columns.slots) for s in shards))[1]
         self.rollouts += 1
         for shard in shards:
             for ret, length in shard.episodes:
                 self.episodes.add(ret, length)
-            self.events.extend(shard.events)
+            self.events = cap_events(self.events + shard.events)  # bounded until the update takes them
             self.latest[shard.collector] = shard
         return merge_shards(shards, self.num_steps, self.layout, self.link.device, self.link, rows)
 
@@ -198,6 +218,32 @@ class CollectorPool(Collection):
             self.sent[k] = (self.sent[k] & alive) | {rows_id}
             offset += widths[k]
         return rows
+
+    def _own_rows(self, k: int, width: int) -> None:
+        """Policy lag: collector k begins a rollout of `width` columns (whenever it does): its next own set."""
+        rows_id, rows = self.own_rows[k].take(width)
+        alive = {s[0] for s in self.own_rows[k].sets if s is not None}
+        self._send(k, Rows(rows_id, 0, None if rows_id in self.sent[k] else rows, alive))
+        self.sent[k] = (self.sent[k] & alive) | {rows_id}
+        self.handed[k].append(rows)
+
+    def _joined_rows(self, shards: list) -> dict:
+        """Policy lag: the rollout's rows, each collector's oldest rows handed out side by side (one copy)."""
+        parts = []
+        for shard in shards:
+            k, width = shard.collector, len(shard.columns.slots)
+            rows = self.handed[k].popleft() if self.handed[k] else None
+            if rows is None or rows["rewards"].shape[1] != width:
+                raise CollectorLost(f"collector {k}: a shard of {width} columns does not match the rows it was given")
+            parts.append(rows)
+        return {name: torch.cat([p[name] for p in parts], dim=1) for name in parts[0]}
+
+    def _serve_newer(self) -> None:
+        """Policy lag: publish the weights of the update running meanwhile as soon as it is done."""
+        if self.lag and self.versions is not None:
+            if (version := self.versions.newer(self.weights.current())) is not None \
+                    and version > self.weights.current():
+                self.weights.publish(self.served, version)
 
     def _ready_line(self, need: int) -> str:
         ready = self.board[:, READY].tolist()
@@ -238,13 +284,32 @@ class CollectorPool(Collection):
                 return None
             self._check_alive([k for k in range(len(self.conns)) if k not in answers])
             self._pet()  # only on the awaited collectors' signs of life: never while one of them is stopped
-            for conn in wait([c for k, c in enumerate(self.conns) if k not in answers], 1.0):
+            self._serve_newer()
+            for conn in wait([c for k, c in enumerate(self.conns) if k not in answers], self._patience()):
                 k = self.conns.index(conn)
                 message = self._receive(k)
+                if self.lag and isinstance(message, Width):
+                    self._own_rows(k, message.columns)
+                    continue
                 if not isinstance(message, kind):
                     raise CollectorLost(describe_failure(message, f"collector {k}"))
                 answers[k] = message
         return [answers[k] for k in range(len(self.conns))]
+
+    def _patience(self) -> float:
+        """How long to wait for the collectors' next word: briefly while the weights of an update running
+        meanwhile may become due (policy lag), else a second (their messages wake the wait anyway)."""
+        due = self.lag and self.versions is not None and self.versions.pending and not self.versions.served_early
+        return 0.005 if due else 1.0
+
+    def strike(self, slots: list[int], reason: str) -> None:
+        """Each collector strikes the holders of its own slots (merged_slot numbers them by collector)."""
+        by_collector: dict[int, list[int]] = {}
+        for slot in slots:
+            k, own = divmod(slot, MAX_ENV_SLOTS)
+            by_collector.setdefault(k, []).append(own)
+        for k, own in by_collector.items():
+            self._send(k, Strike(own, reason))
 
     def take_episodes(self) -> list[tuple[float, int]]:
         return self.episodes.take_new()
@@ -266,8 +331,10 @@ class CollectorPool(Collection):
         return events
 
     def after_update(self, version: int, rank_slots: list[int] | None) -> None:
-        """The update is done: the collectors serve its weights from the next rollout on."""
-        self.weights.publish(self.served, version)
+        """The update is done: the collectors serve its weights from the next rollout on (with policy lag
+        they may have been published mid-rollout already)."""
+        if self.weights.current() != version:
+            self.weights.publish(self.served, version)
         self.rank_slots = rank_slots
 
     def close(self) -> None:

@@ -23,7 +23,9 @@ from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, assembl
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.registry import ActorRegistry
 from learner.collection.inference import Inference
-from learner.collection.processes.pipe import Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Width, PipeError, check
+from learner.collection.processes.pipe import (Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Strike, Width,
+                                               PipeError, check)
+from learner.collection.slot_owners import actors_of
 from learner.collection.processes.shard import Shard
 from learner.gateway.placement import RankBalancer, joiner_rank
 from learner.model.networks import build_model
@@ -73,6 +75,26 @@ class CollectorSpec:
         """Write into the training process's rollout (not in collect-only runs: nobody trains on it, so each
         collector keeps its rows and flows through rollouts)."""
         return not self.run.cfg.run.collect_only
+
+
+class ServedCopy:
+    """This collector's copy of the served modules, loaded from the shared weights before a rollout of another
+    version (`load`) and, with policy lag, as soon as newer ones are published mid-rollout (`newer`: the
+    collector's NewerWeights; the pool publishes once the update running meanwhile is done)."""
+
+    def __init__(self, weights, modules: list):
+        self.weights, self.modules = weights, modules
+        self.version = weights.load_into(modules)
+
+    def load(self, version: int) -> None:
+        if version != self.version:
+            self.version = self.weights.load_into(self.modules)
+
+    def newer(self, serving: int) -> int | None:
+        if self.weights.current() <= max(serving, self.version):  # (mid-publish it reads -1: not yet)
+            return None
+        self.version = self.weights.load_into(self.modules)
+        return self.version
 
 
 class BeatingWatchdog(Watchdog):
@@ -132,7 +154,8 @@ def redirect_chain(*choices):
 
 def collector_main(spec: CollectorSpec, conn, weights, board: torch.Tensor, halt: torch.Tensor) -> None:
     """The process's entry point (spawned by the pool)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the training process, which stops us in order
+    for sig in (signal.SIGINT, signal.SIGHUP):  # Ctrl-C, a closed terminal: the training process stops us in order
+        signal.signal(sig, signal.SIG_IGN)
     torch.set_num_threads(1)
     setup_logging(Path(spec.run.run_dir), spec.run.rank, tag=f"collector {spec.index}")
     try:
@@ -164,7 +187,7 @@ class CollectorProcess:
         run, role, cfg, device = spec.run, spec.role, spec.run.cfg, torch.device(spec.run.device)
         self.model = build_model(spec.spaces.obs_space, spec.spaces.action_space, cfg.model).to(device)
         self.value_norm = ValueNormalizer().to(device) if cfg.normalize.value else None
-        self.version = weights.load_into([self.model, self.value_norm])
+        self.served = ServedCopy(weights, [self.model, self.value_norm])
         self.ctx = zmq.Context()
         self.curve = self._curve()
         self.rows: dict[int, dict] = {}  # the training process's shared rollout arrays, by id (the last two)
@@ -179,7 +202,7 @@ class CollectorProcess:
                                      redirect_for=self._redirect_for,
                                      wake=conn.fileno())  # a command ends the idle pump's wait at once
         parts = assemble(run, spec.spaces, spec.layout, gateway_setup, policy, self.watchdog, policy.link,
-                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None)
+                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None, newer=self.served)
         self.registry, self.gateway, self.collector = parts.registry, parts.gateway, parts.collector
         self.posted = None  # the registry's (actors joined so far, connected) when the board last heard
 
@@ -221,6 +244,9 @@ class CollectorProcess:
                     break
                 if isinstance(command, Know):
                     self._know(command)
+                elif isinstance(command, Strike):
+                    for entry in actors_of(self.registry, command.slots):
+                        self.gateway.strike(entry, command.reason)
                 elif not self._collect(command):
                     self._tell(Stopped())
                     break
@@ -241,7 +267,7 @@ class CollectorProcess:
                 return None
             self.board[self.spec.index, READY] = self.collector.pump(IDLE_PUMP_MS)
             self._post_slots()
-        return check(self.conn.recv(), (Know, Collect, Close), PARENT)
+        return check(self.conn.recv(), (Know, Collect, Strike, Close), PARENT)
 
     def _post_slots(self) -> None:
         """Live and admitted env slots to the board, when a join or a leave changed them (not per message)."""
@@ -258,14 +284,12 @@ class CollectorProcess:
             self.rank_balancer.know(command.ranks)
 
     def _collect(self, command: Collect) -> bool:
-        version = command.version
         if self.rank_balancer is not None and command.rank_slots is not None:
             self.rank_balancer.after_update(command.rank_slots)
-        if version != self.version:
-            self.version = self.weights.load_into([self.model, self.value_norm])
+        self.served.load(command.version)
         self.board[self.spec.index, READY] = 0
         try:
-            rollout = self.collector.collect(0, self.should_stop, version, admit_first=False)
+            rollout = self.collector.collect(0, self.should_stop, self.served.version, admit_first=False)
         except StopCollecting:
             return False
         if rollout is None:

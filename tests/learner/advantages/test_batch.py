@@ -102,3 +102,15 @@ def test_batch_resets_the_return_of_fresh_columns():
     for t in (3, 4):
         expected = expected * 0.5 + rewards[t, 1]
     assert abs(scaler.returns[7].item() - expected) < 1e-5
+
+
+def test_a_reward_that_overflows_gae_marks_its_slot_and_only_its_own():
+    """Issue 60, point 1: a reward of 3.3e38 (within a bound raised that far) made float32 GAE overflow and the
+    update NaN. The batch names the slot whose advantages or returns are not finite; the learner drops it."""
+    buf, _, _ = filled_rollout(slots=(3, 7))
+    buf.rewards[3, 1] = 3.3e38  # column 1 = slot 7; its return at t=3 and the discounted ones before overflow
+    buf.rewards[4, 1] = 3.3e38
+    batch = rollout_to_batch(buf, lambda obs: obs[:, 0], GAMMA, LAM)
+    assert batch.nonfinite_slots == [7]
+    clean = rollout_to_batch(filled_rollout(slots=(3, 7))[0], lambda obs: obs[:, 0], GAMMA, LAM)
+    assert clean.nonfinite_slots == []

@@ -40,7 +40,7 @@ def test_the_training_loop_does_not_know_which_form_it_has():
     ({}, True, dict(lockstep=False, policy_lag=False, collect_only=False, startup_timeout_s=7.0)),
     ({}, False, dict(policy_lag=False, startup_timeout_s=0.0)),  # the pool's wait has the deadline
     ({"policy_lag": 1}, True, dict(policy_lag=True)),
-    ({"policy_lag": 1}, False, dict(policy_lag=False)),  # its rows are the training process's
+    ({"policy_lag": 1}, False, dict(policy_lag=True)),  # issue 62: collector processes flow on too
     ({"policy_lag": 1, "collect_only": True}, True, dict(policy_lag=False, collect_only=True)),
     ({"collect_only": True, "deterministic": True}, True, dict(lockstep=True, collect_only=False)),
 ])

@@ -1,4 +1,5 @@
-"""The collector with a real gateway, a real policy and a scripted actor on a loopback TCP socket.
+"""The collector with a real gateway, a real policy and a scripted actor on an inproc socket (unit tests), and
+the same over loopback TCP (integration: conftest.py's `address`).
 
 The actor side is scripted (known rewards, a truncation and a termination at known steps) so that
 every entry of the finished rollout can be checked: what the network saw, the actions sent on the
@@ -28,8 +29,6 @@ from learner.stalls import Stalled
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
-
-pytestmark = pytest.mark.integration
 
 OBS = SpaceSpec(kind="box", shape=(3,), dtype="float32")
 ACT = SpaceSpec(kind="box", shape=(2,), dtype="float32", low=[-1.0, -1.0], high=[1.0, 1.0])
@@ -107,10 +106,10 @@ class ListeningGateway(Gateway):
         return super().poll(timeout_ms)
 
 
-def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30, gateway_class=Gateway):
+def make_learner_side(address: str, collector_class=Collector, actor_timeout_s: float = 30, gateway_class=Gateway):
     ctx = zmq.Context()
     registry = ActorRegistry()
-    gateway = gateway_class(Listen(ctx, "tcp://127.0.0.1:0", 1 << 20), Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0,
+    gateway = gateway_class(Listen(ctx, address, 1 << 20), Offer(EnvSettings(env_id="Pendulum-v1"), OBS, ACT, 1, 0,
                                                                        "run"), registry=registry)
     torch.manual_seed(0)
     model = build_model(OBS, ACT, ModelConfig(hidden=8))
@@ -123,35 +122,35 @@ def make_learner_side(collector_class=Collector, actor_timeout_s: float = 30, ga
 
 
 @pytest.fixture
-def learner_side():
-    side = make_learner_side()
+def learner_side(address):
+    side = make_learner_side(address)
     yield side
     side[1].sock.close(linger=0)
     side[0].destroy(linger=0)
 
 
 @pytest.fixture
-def quick_side():
+def quick_side(address):
     """Actors count as silent after 0.3 s."""
-    side = make_learner_side(actor_timeout_s=0.3)
+    side = make_learner_side(address, actor_timeout_s=0.3)
     yield side
     side[1].sock.close(linger=0)
     side[0].destroy(linger=0)
 
 
 @pytest.fixture
-def forgetful_side():
-    side = make_learner_side(ForgetfulCollector, actor_timeout_s=0.3)
+def forgetful_side(address):
+    side = make_learner_side(address, ForgetfulCollector, actor_timeout_s=0.3)
     yield side
     side[1].sock.close(linger=0)
     side[0].destroy(linger=0)
 
 
-def test_a_rank_of_several_starts_each_rollout_without_waiting_on_the_socket():
+def test_a_rank_of_several_starts_each_rollout_without_waiting_on_the_socket(address):
     """collect(0), a rank of a multi-rank learner after its first rollout: it admits what has arrived and starts
     at once. Its parked actors send nothing until they get actions, so a wait there cost a whole poll timeout
     per rollout (100 ms: two CartPole ranks collected 5x slower than one rank)."""
-    ctx, gateway, _, _, collector = make_learner_side(gateway_class=ListeningGateway)
+    ctx, gateway, _, _, collector = make_learner_side(address, gateway_class=ListeningGateway)
     try:
         for _ in range(3):
             rollout = collector.collect(0, lambda: False)

@@ -2,7 +2,7 @@
 step, and every stack rebuilt from it, every bootstrap and final observation is what the actor-side stack
 would have been, whichever way groups move between rollouts (parked, flowing on, or with two rollouts alive).
 
-A scripted actor (two groups of two envs) sends frames filled with known values, with resets after a
+A scripted actor (two groups of two envs, over inproc; and over TCP in the integration run: conftest.py) sends frames filled with known values, with resets after a
 termination and after a truncation; the expected stacks are rebuilt here from those values alone.
 """
 from __future__ import annotations
@@ -25,8 +25,6 @@ from learner.gateway.registry import ActorRegistry
 from protocol import messages as m
 from protocol.settings import EnvSettings
 from protocol.spaces import SpaceSpec
-
-pytestmark = pytest.mark.integration
 
 FRAME = SpaceSpec(kind="box", shape=(2, 2), dtype="uint8", low=[0.0], high=[255.0])
 ACT = SpaceSpec(kind="discrete", n=3)
@@ -139,27 +137,41 @@ def values_of(stack: np.ndarray) -> list[int]:
     return stack[:, 0, 0].tolist()
 
 
-class FrameSide:
-    """A collector with random actions and a FrameActor on a loopback socket; closed by `close`."""
+class Answers:
+    """Stands in for the scheduler's PolicyVersions: `answer()` is what `newer` says (None: the update runs)."""
 
-    def __init__(self, policy_lag: bool = False, collect_only: bool = False, odd_first: bool = False,
+    def __init__(self):
+        self.answer = lambda: None
+
+    def newer(self, serving: int) -> int | None:
+        return self.answer()
+
+
+class FrameSide:
+    """A collector with random actions and a FrameActor on a socket at `address`; closed by `close`."""
+
+    def __init__(self, address: str, policy_lag: bool = False, collect_only: bool = False, odd_first: bool = False,
                  hold: tuple[int, int, int] | None = None, lockstep: bool = False):
         self.ctx = zmq.Context()
         registry = ActorRegistry()
-        self.gateway = Gateway(Listen(self.ctx, "tcp://127.0.0.1:0", 1 << 20),
+        self.gateway = Gateway(Listen(self.ctx, address, 1 << 20),
                                Offer(EnvSettings(env_id="ALE/Breakout-v5"), FRAME, ACT, 1, 0, "run"), registry=registry)
         policy = Inference(None, ACT, torch.device("cpu"), None, seed=0, random_actions=True)
         settings = CollectorSettings(T, torch.device("cpu"), actor_timeout_s=30, frame_stack=STACK,
                                      policy_lag=policy_lag, collect_only=collect_only, lockstep=lockstep)
+        self.versions = Answers()
         self.collector = Collector(self.gateway, registry, policy,
-                                   Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long, stack=STACK), settings)
+                                   Layout((STACK, *FRAME.shape), torch.uint8, (), torch.long, stack=STACK), settings,
+                                   newer=self.versions)
         self.deadline = time.monotonic() + 30
         self.actor = FrameActor(self.ctx, self.gateway.endpoint, self.deadline, odd_first=odd_first, hold=hold)
         self.actor.start()
 
-    def collect(self, version: int = 0, go_on=None):
+    def collect(self, version: int = 0, newer=lambda: None):
+        """`newer()`: what the collector hears while this rollout fills (None: no newer weights serve)."""
+        self.versions.answer = newer
         buf = self.collector.collect(K * GROUPS, lambda: time.monotonic() > self.deadline or self.actor.error is not None,
-                                     version, go_on=go_on)
+                                     version)
         assert self.actor.error is None and buf is not None and buf.is_complete()
         return buf
 
@@ -190,15 +202,15 @@ def check_stacks(buf, r: int) -> None:
 
 
 @pytest.mark.parametrize("mode", ["parked", "collect_only", "policy_lag", "lag_flowing", "odd_first"])
-def test_stacks_rebuilt_from_the_rollout_are_exact(mode):
+def test_stacks_rebuilt_from_the_rollout_are_exact(address, mode):
     """odd_first: a first report claiming a truncation (a buggy actor) is a first report like any other:
     it once stopped the learner (a KeyError stacking a final frame for a group with no stacks yet).
     lag_flowing: policy lag with the lagging update done at once, so groups flow on as with collect_only."""
-    side = FrameSide(policy_lag=mode in ("policy_lag", "lag_flowing"), collect_only=mode == "collect_only",
+    side = FrameSide(address, policy_lag=mode in ("policy_lag", "lag_flowing"), collect_only=mode == "collect_only",
                      odd_first=mode == "odd_first")
     try:
         for r in range(ROLLOUTS):
-            buf = side.collect(r, go_on=(lambda r=r: r + 1) if mode == "lag_flowing" and r > 0 else None)
+            buf = side.collect(r, newer=(lambda r=r: r + 1) if mode == "lag_flowing" and r > 0 else lambda: None)
             check_stacks(buf, r)
         if mode == "lag_flowing":
             assert side.collector.next is not None  # groups went on: the check above saw flowing rollouts
@@ -207,21 +219,21 @@ def test_stacks_rebuilt_from_the_rollout_are_exact(mode):
 
 
 @pytest.mark.parametrize("when", ["never", "at_once", "once_parked"])
-def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(when):
+def test_with_policy_lag_groups_flow_on_only_once_newer_weights_serve(address, when):
     """Rollout 2 is collected while update 1 runs (policy lag). `never`: it runs to the end, and whoever
     finished waits for the next rollout, all actions computed with version 1. `at_once`: the first group to
     finish goes on into rollout 3; `once_parked`: the update ends only after group 0 has finished and parked,
     and group 1's last report of rollout 2 is held back until group 0 gets actions of version 2: it must be
-    freed between messages. Either way, every action after go_on's answer is sent with version 2 and
+    freed between messages. Either way, every action after newer's answer is sent with version 2 and
     rollout 3 is exact."""
-    side = FrameSide(policy_lag=True, hold=(1, 2 * T, 2) if when == "once_parked" else None)
+    side = FrameSide(address, policy_lag=True, hold=(1, 2 * T, 2) if when == "once_parked" else None)
     answers = {"never": lambda: None, "at_once": lambda: 2,
                "once_parked": lambda: 2 if side.collector.parked else None}
     try:
         check_stacks(side.collect(0), 0)
         assert side.collector.counts.lagged_steps == 0  # the first rollout: no update to lag behind
         sent = len(side.actor.versions)
-        check_stacks(side.collect(1, go_on=answers[when]), 1)
+        check_stacks(side.collect(1, newer=answers[when]), 1)
         versions = side.actor.versions[sent:]
         counts = side.collector.counts  # the steps acted with version 1 are those one version behind
         assert counts.acted_steps == K * GROUPS * T and counts.lagged_steps == K * versions.count(1)
@@ -235,14 +247,14 @@ def test_with_policy_lag_groups_flow_on_only_once_go_on_serves_newer_weights(whe
         side.close()
 
 
-def test_a_deterministic_run_never_flows_on_whatever_go_on_says():
+def test_a_deterministic_run_never_flows_on_whatever_newer_says(address):
     """In lockstep (deterministic) runs the weights switch only at the rollout's end: a switch mid-rollout would
     depend on when the update's thread ends, and the run would not repeat itself."""
-    side = FrameSide(policy_lag=True, lockstep=True)
+    side = FrameSide(address, policy_lag=True, lockstep=True)
     try:
         check_stacks(side.collect(0), 0)
         sent = len(side.actor.versions)
-        check_stacks(side.collect(1, go_on=lambda: 2), 1)
+        check_stacks(side.collect(1, newer=lambda: 2), 1)
         assert side.collector.next is None and set(side.actor.versions[sent:]) == {1}
     finally:
         side.close()

@@ -24,9 +24,10 @@ class Slots:
         return self.now
 
 
-def wait_for(slots: Slots, actor_timeout_s: float = 60.0, startup_timeout_s: float = 0.0) -> StartWait:
+def wait_for(slots: Slots, actor_timeout_s: float = 60.0, startup_timeout_s: float = 0.0,
+             no_actors_timeout_s: float = 0.0) -> StartWait:
     return StartWait(lambda: slots.ready, slots.listen, lambda need: f"{slots.ready} of {need} ready",
-                     lambda n: f"join {n}", actor_timeout_s, startup_timeout_s, clock=slots.clock)
+                     lambda n: f"join {n}", actor_timeout_s, startup_timeout_s, no_actors_timeout_s, clock=slots.clock)
 
 
 def test_it_listens_until_the_slots_needed_are_ready():
@@ -49,7 +50,18 @@ def test_the_first_rollouts_wait_ends_the_run_past_the_startup_timeout_saying_wh
     assert slots.passes == 4  # 40 s > 35 s, not before
 
 
-def test_a_later_rollouts_wait_has_no_deadline_and_says_what_it_waits_for(caplog):
+def test_a_later_rollouts_wait_ends_the_run_past_the_no_actors_timeout_saying_where_it_stood():
+    """Issue 60, point 3: every actor gone after the first rollout waited for ever; past
+    cluster.no_actors_timeout_s the run ends (NoActors: not restarted), naming the key."""
+    from learner.collection.start_wait import NoActors
+    slots = Slots(arriving=0, pass_s=10.0)
+    with pytest.raises(NoActors) as err:
+        wait_for(slots, startup_timeout_s=35.0, no_actors_timeout_s=300.0).until(1, lambda: False, first=False)
+    assert str(err.value).startswith("no actor for 310s after the first rollout (cluster.no_actors_timeout_s = 300;")
+    assert "0 of 1 ready" in str(err.value) and slots.passes == 31
+
+
+def test_with_no_limit_a_later_rollouts_wait_has_no_deadline_and_says_what_it_waits_for(caplog):
     slots = Slots(arriving=1, pass_s=10.0)
     with caplog.at_level(logging.WARNING, logger="learner"):
         assert not wait_for(slots, actor_timeout_s=25.0, startup_timeout_s=35.0).until(

@@ -180,6 +180,24 @@ def test_a_reused_slot_gets_fresh_seeds_reproducibly(wire):
     assert seeds == [first.seeds, second.seeds]
 
 
+def test_a_type_not_in_the_message_table_is_refused_by_name_counted_and_logged_once(wire, caplog):
+    """Never taken for a goodbye: the sender is retired for a rejected message and told to rejoin; logged in
+    full once as the actor, once as the unregistered peer it then is, the third time not."""
+    gateway, peer = wire
+    actor = peer()
+    join(gateway, actor)
+    caplog.set_level("WARNING", logger="learner")
+    for _ in range(3):
+        actor.send_multipart(codec.encode(m.PROTOCOL_VERSION, "ping", {}))
+    while gateway.rejected < 3:
+        assert gateway.poll(1000) == []
+    named = [r.getMessage() for r in caplog.records if "unknown message type 'ping'" in r.getMessage()]
+    assert len(named) == 2 and named[0] == "rejected message from a: unknown message type 'ping'", named
+    assert named[1].startswith("rejected message from peer "), named
+    assert gateway.take_events()[-1] == "actor a left: sent a rejected message (unknown message type 'ping')"
+    assert told_to_rejoin(actor)
+
+
 def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_reported(wire):
     """A learner busy for longer than the timeout (first inference, a loaded machine) between an actor's
     report and the actions it sends back must not retire that actor the moment the actions leave."""
@@ -196,16 +214,16 @@ def test_the_silence_clock_starts_when_an_actor_is_asked_not_when_it_last_report
     item.actor.last_seen -= 10  # and now it really has been silent since it was asked
     gateway.check_liveness(2.0)
     assert item.actor.identity not in gateway.registry
-# --- defences, over loopback TCP -------------------------------------------------------------------------
+# --- defences: over inproc (unit tests) and loopback TCP (the same tests, integration) ---------------------
 
 VEC = SpaceSpec(kind="box", shape=(3,), dtype="float32")
 
 
 class Loopback(GatewayOnSocket):
-    """A gateway on loopback TCP, connected DEALER peers, and everything the gateway admitted so far."""
+    """A gateway on `address`, connected DEALER peers, and everything the gateway admitted so far."""
 
-    def __init__(self):
-        super().__init__(Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"))
+    def __init__(self, address: str):
+        super().__init__(Offer(EnvSettings(), VEC, SpaceSpec(kind="discrete", n=2), 1, 0, "run"), address)
 
     def join(self, sock, groups: int = 1):
         sock.send_multipart(m.encode(m.Handshake(2 * groups, "a", groups=groups)))
@@ -214,9 +232,9 @@ class Loopback(GatewayOnSocket):
         return next(iter(self.gateway.registry.by_identity.values()))
 
 
-@pytest.fixture
-def loopback():
-    wire = Loopback()
+@pytest.fixture(params=["inproc", pytest.param("tcp", marks=pytest.mark.integration)])
+def loopback(request):
+    wire = Loopback(f"inproc://gateway-test-{uuid.uuid4().hex}" if request.param == "inproc" else "tcp://127.0.0.1:0")
     yield wire
     wire.close()
 
@@ -233,7 +251,6 @@ def told_to_rejoin(sock) -> m.Error:
     return msg
 
 
-@pytest.mark.integration
 def test_a_second_report_before_new_actions_is_rejected_counted_and_its_sender_retired(loopback):
     gateway = loopback.gateway
     actor = loopback.peer()
@@ -246,7 +263,6 @@ def test_a_second_report_before_new_actions_is_rejected_counted_and_its_sender_r
     assert "not sent actions" in told_to_rejoin(actor).reason
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("groups,first_sent,msg,why", [
     (1, True, m.StepReport(0, np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
                            np.zeros(2, bool), first=True), "a second first report for group 0"),
@@ -254,8 +270,8 @@ def test_a_second_report_before_new_actions_is_rejected_counted_and_its_sender_r
                             np.zeros(2, bool)), "a step report for group 0 before its first report"),
     (2, True, m.StepReport(1, np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
                            np.zeros(2, bool)), "a step report for group 1 before its first report"),
-    (1, True, m.Starting(1, 2), "Starting after its first reports"),
-    (1, True, m.Actions(0, np.zeros(2, np.int64)), "unexpected Actions from an actor"),
+    (1, True, m.Starting(1, 2), "Starting while running (in turn while building)"),
+    (1, True, m.Actions(0, np.zeros(2, np.int64)), "unexpected Actions: only the actor takes it"),
     (1, True, m.Handshake(2, "x"), None),  # a restart: retired, then welcomed again
 ], ids=["first-again", "outcome-before-first", "other-group", "starting-late", "actions", "handshake-again"])
 def test_a_well_formed_message_out_of_turn_costs_the_sender_its_slots(loopback, groups, first_sent, msg, why):
@@ -277,7 +293,6 @@ def test_a_well_formed_message_out_of_turn_costs_the_sender_its_slots(loopback, 
     assert why in told_to_rejoin(actor).reason
 
 
-@pytest.mark.integration
 def test_starting_messages_are_signs_of_life_not_reports(loopback):
     gateway = loopback.gateway
     actor = loopback.peer()
@@ -293,18 +308,23 @@ def test_starting_messages_are_signs_of_life_not_reports(loopback):
     assert len(gateway.registry) == 0, "a frozen actor is still retired while it builds"
 
 
-@pytest.mark.integration
 def test_a_peer_that_keeps_misbehaving_is_banned_for_a_while(loopback):
     from learner.gateway.registry import BAN_S, MAX_STRIKES
+    from learner.gateway.rejoins import HANDSHAKE_BURST
     gateway = loopback.gateway
     rogue = loopback.peer(identity=b"rogue")
     for strike in range(MAX_STRIKES):  # each time: join, misbehave, be retired; strikes add up across rejoins
-        loopback.join(rogue)
-        rogue.send_multipart(report())  # an outcome before any first report
+        if strike < HANDSHAKE_BURST:
+            loopback.join(rogue)
+            rogue.send_multipart(report())  # an outcome before any first report
+        else:  # past its handshakes at once (issue 60): each further one is refused, a strike of its own
+            rogue.send_multipart(m.encode(m.Handshake(2, "a")))
         loopback.drain(lambda: gateway.rejected == strike + 1, f"strike {strike + 1}")
         assert len(gateway.registry) == 0
-        if strike < MAX_STRIKES - 1:
+        if strike < HANDSHAKE_BURST:
             told_to_rejoin(rogue)
+        elif strike < MAX_STRIKES - 1:
+            assert "too many handshakes" in m.decode(rogue.recv_multipart()).reason
     assert gateway.registry.is_banned(b"rogue")
     rogue.send_multipart(m.encode(m.Handshake(2, "again")))
     loopback.drain(lambda: gateway.rejected > MAX_STRIKES or len(gateway.registry) > 0, "the banned handshake")
@@ -356,3 +376,67 @@ def test_a_flood_of_5000_malformed_messages_adds_a_few_dozen_log_lines(loopback,
     assert len(lines) <= MAX_LINES + 1, "\n".join(lines)  # one window: a few dozen in all at most
     assert lines[0].startswith("rejected message from peer ")
     assert any("held back" in line for line in lines), "what was held back is told"
+
+
+# --- issue 60, point 4: well-formed floods bounded like malformed ones -------------------------------------------
+
+def test_a_flood_of_handshakes_from_one_peer_is_struck_and_banned_in_a_few_lines(wire, caplog):
+    """Before: 20,000 handshakes from one identity were all welcomed (a leave and a join each: 40,046 log lines,
+    one metrics line of 16,256 events). Here 2,000: a handful welcomed, the rest struck until the ban."""
+    from learner.gateway.events import MAX_EVENTS
+    from learner.gateway.rejoins import HANDSHAKE_BURST
+    gateway, peer = wire
+    flooder = peer()
+    caplog.set_level(logging.INFO, logger="learner")
+    for _ in range(2000):
+        flooder.send_multipart(m.encode(m.Handshake(1, "flood")))
+    deadline = time.monotonic() + 30
+    while gateway.rejected < 2000 - HANDSHAKE_BURST:  # every handshake past the burst: struck, then dropped banned
+        assert time.monotonic() < deadline, f"{gateway.rejected} rejected"
+        gateway.poll(100)
+    welcomes = 0
+    while (frames := recv_frames(flooder, 0)) is not None:
+        welcomes += isinstance(m.decode(frames), m.Welcome)
+    assert welcomes == HANDSHAKE_BURST and len(gateway.registry) <= 1
+    assert len(gateway.registry.bans) == 1, "banned"
+    events = gateway.take_events()
+    assert len(events) <= MAX_EVENTS + 1 and sum("joined" in e for e in events) == HANDSHAKE_BURST
+    gateway.close()
+    assert len(caplog.records) <= 2 * MAX_LINES + 4, [r.getMessage() for r in caplog.records]
+
+
+def test_a_name_cannot_forge_a_log_line(wire, caplog):
+    """Before: a name holding a newline wrote '... ERROR the learner (learner-0) was killed by SIGKILL' as a line
+    of its own into learner.log and the console."""
+    gateway, peer = wire
+    caplog.set_level(logging.INFO, logger="learner")
+    forger = peer()
+    forger.send_multipart(m.encode(m.Handshake(2, "x\n02:00:00 ERROR the learner (learner-0) was killed by SIGKILL\x1b[2J")))
+    assert gateway.poll(1000) == []
+    (entry,) = gateway.registry.by_identity.values()
+    assert entry.name == "x02:00:00 ERROR the learner (learner-0) was killed by SIGKILL[2J"
+    assert all("\n" not in r.getMessage() and "\x1b" not in r.getMessage() for r in caplog.records)
+
+
+# --- issue 60, point 5: a peer retired for silence is held back -------------------------------------------------
+
+def test_a_peer_retired_for_silence_is_deferred_on_probation_under_its_identity_or_its_name(wire):
+    """Before: a client that joined, sent its first report and fell silent rejoined at once, every time, and each
+    rollout waited a whole actor_timeout_s for it again. Now it is told to ask again later; so is its name on a new
+    socket; another peer is welcome."""
+    gateway, peer = wire
+    ghost = peer()
+    join(gateway, ghost)
+    (entry,) = gateway.registry.by_identity.values()
+    entry.last_seen -= 10  # silent for 10 s, owing its first report
+    gateway.check_liveness(5.0)
+    assert len(gateway.registry) == 0 and told_to_rejoin(ghost)
+    for sock in (ghost, peer()):  # the same socket, and the same name on a new one
+        sock.send_multipart(m.encode(m.Handshake(2, "a")))
+        assert gateway.poll(1000) == [] and len(gateway.registry) == 0
+        answer = reply(sock)
+        assert isinstance(answer, m.Error) and answer.rejoin and "on probation for 10 s more" in answer.reason, answer
+    assert gateway.rejected == 0, "a deferral is no strike"
+    other = peer()
+    other.send_multipart(m.encode(m.Handshake(2, "b")))
+    assert gateway.poll(1000) == [] and isinstance(reply(other), m.Welcome)

@@ -10,7 +10,8 @@ import pytest
 import zmq
 
 from actor import runner
-from actor.runner import ActorOptions, Refused, _await_welcome
+from actor.env_groups import ActorEnvs
+from actor.runner import ActorOptions, Refused, Session, _await_welcome
 from learner.gateway.gateway import Offer
 from protocol import compression
 from protocol import messages as m
@@ -75,7 +76,8 @@ def test_a_forced_codec_goes_to_actors_that_have_it_and_raw_frames_to_the_others
     assert wire.join(wire.peer(), ["lz4", "zstd"]).codec == "zstd"
     assert wire.join(wire.peer(), None).codec == "none"
     assert wire.join(wire.peer(), ["brotli"]).codec == "none"
-    assert any("zstd frames" in e for e in wire.gateway.events) and any("raw frames" in e for e in wire.gateway.events)
+    events = wire.gateway.take_events()
+    assert any("zstd frames" in e for e in events) and any("raw frames" in e for e in events)
 
 
 def _first(obs: np.ndarray) -> m.StepReport:
@@ -113,6 +115,7 @@ def test_an_actor_refuses_a_codec_it_did_not_offer():
         welcome = m.Welcome(0, [0, 1], [1, 2], {}, OBS, SpaceSpec(kind="discrete", n=4), codec="zstd")
         learner.send_multipart([identity, *m.encode(welcome)])
         with pytest.raises(Refused, match="did not offer"):
-            _await_welcome(actor, ActorOptions("inproc://codec-refusal", num_envs=2, wire=runner.Wire(codecs=[])))
+            opts = ActorOptions("inproc://codec-refusal", num_envs=2, wire=runner.Wire(codecs=[]))
+            _await_welcome(actor, Session(actor, ActorEnvs(), opts))
     finally:
         ctx.destroy(linger=0)

@@ -40,8 +40,8 @@ def test_an_unknown_env_and_normalize_obs_on_pixels_are_refused_in_one_line():
 
 def test_a_run_whose_own_actors_cannot_fit_the_memory_budget_is_refused():
     fits = from_dict({"env": {"env_id": "ALE/Pong-v5"}, "cluster": {"envs": 8, "memory_budget_mb": 4096}})
-    obs = learner_spaces(fits).obs_space
-    assert admission_of(fits, obs) is not None
+    spaces = learner_spaces(fits)
+    assert admission_of(fits, spaces) is not None
     tight = from_dict({"env": {"env_id": "ALE/Pong-v5"}, "cluster": {"envs": 64, "memory_budget_mb": 1}})
     with pytest.raises(StartupError):
-        admission_of(tight, obs)
+        admission_of(tight, spaces)

@@ -8,8 +8,10 @@ from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_REFUSED, Stop
 from launcher.restarts import RestartPolicy
 
 
-def test_sigterm_and_sigint_set_the_stop_flag_instead_of_raising():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+def test_sigterm_sigint_and_sighup_set_the_stop_flag_instead_of_raising():
+    """SIGHUP (a closed terminal, issue 60) too: it ended the learner at once, no final checkpoint."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    signal.signal(signal.SIGHUP, lambda *_: None)  # a SIGHUP Stop does not take leaves the flag unset, not fatal here
     try:
         for sig in saved:
             stop = Stop()
@@ -43,13 +45,12 @@ class Shared:
     value = 0.0
 
 
-def test_the_parent_watch_beats_the_heartbeat_while_it_runs():
-    """From its start, then at every poll: launch.py kills a learner whose beat stops (a SIGSTOP)."""
-    import os
+def test_the_heartbeat_beats_at_once_and_then_on_its_own():
+    """From its start, then every every_s: launch.py kills a learner whose beat stops (a SIGSTOP)."""
     import threading
     import time
 
-    from learner.lifecycle.process import ParentWatch
+    from learner.lifecycle.process import Heartbeat
 
     class Beats(Shared):
         def __init__(self):
@@ -64,12 +65,7 @@ def test_the_parent_watch_beats_the_heartbeat_while_it_runs():
 
     beats = Beats()
     before = time.monotonic()
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        ParentWatch(os.getppid(), Stop(), every_s=0.05, heartbeat=beats)  # our parent outlives the test
-        assert beats.seen and beats.seen[0] >= before  # at once, not after the first poll
-        assert beats.twice.wait(10)
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    Heartbeat(beats, every_s=0.05)
+    assert beats.seen and beats.seen[0] >= before  # at once, not after the first interval
+    assert beats.twice.wait(10)
     assert beats.seen == sorted(beats.seen) and beats.seen[-1] <= time.monotonic()

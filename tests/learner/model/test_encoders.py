@@ -3,7 +3,7 @@ that every conv body shares."""
 import torch
 
 from learner.config import ModelConfig
-from learner.model.encoders import PixelEncoder, ResidualBlock, nature_body
+from learner.model.encoders import PixelEncoder, ResidualBlock, impala_body, nature_body
 from learner.model.networks import build_model
 from protocol.spaces import SpaceSpec
 
@@ -48,7 +48,7 @@ def test_impala_acts_and_evaluates():
 
 
 def test_pixel_encoder_scales_before_the_body():
-    encoder = PixelEncoder((4, 84, 84), "impala", scale=1 / 255)
+    encoder = PixelEncoder((4, 84, 84), impala_body, scale=1 / 255)
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
     torch.testing.assert_close(encoder(obs), encoder.trunk(obs.float() * (1 / 255)))
 
@@ -57,7 +57,7 @@ def test_measuring_the_body_draws_no_random_numbers():
     """The Nature CNN starts from the same weights as before the encoder split: the throwaway body that
     measures the conv output size leaves the generator where it was."""
     torch.manual_seed(5)
-    encoder = PixelEncoder((4, 84, 84), "cnn")
+    encoder = PixelEncoder((4, 84, 84), nature_body)
     torch.manual_seed(5)
     reference = nature_body(4, 64 * 7 * 7, "relu")
     for got, want in zip(encoder.trunk.parameters(), reference.parameters(), strict=True):

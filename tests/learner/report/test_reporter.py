@@ -30,14 +30,15 @@ def make_updater(cfg: PPOConfig, **kwargs) -> PPOUpdater:
 
 
 def update_stats(updater: PPOUpdater) -> dict:
-    """What a real update returns (and main.py adds: its time), on a small random batch."""
+    """What a real update returns (and main.py adds: its time, and the count of non-finite batches dropped),
+    on a small random batch."""
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(32, 4, generator=g)
     actions, logprobs, values = updater.model.act(obs, generator=g)
     advantages = torch.randn(32, generator=g)
     batch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values, "advantages": advantages,
              "returns": advantages + values}
-    return {**updater.update(batch, progress=0.25, generator=g), "update_s": 0.5}
+    return {**updater.update(batch, progress=0.25, generator=g), "update_s": 0.5, "nonfinite_batches": 0}
 
 
 def write_lines(run_dir: Path, cfg: Config, updater: PPOUpdater, stats: dict, gathered: Gathered,

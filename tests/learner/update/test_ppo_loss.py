@@ -1,3 +1,4 @@
+import copy
 import math
 
 import numpy as np
@@ -253,3 +254,48 @@ def test_update_reads_its_statistics_from_the_device_once(monkeypatch, variant):
     monkeypatch.undo()
     assert reads == ["tolist"]
     assert stats["minibatches"] == 16 and math.isfinite(stats["policy_loss"]) and math.isfinite(stats["grad_norm"])
+
+
+@pytest.mark.parametrize("bad", ["advantages", "returns"])
+def test_an_update_with_a_non_finite_step_is_dropped_and_leaves_every_state_as_it_was(bad):
+    """Issue 60, point 1: a non-finite loss or gradient is never stepped on: the update goes back to where it
+    started (weights, Adam's state, the value statistics), says so, and the next update trains as usual."""
+    from learner.model.normalize import ValueNormalizer
+    model = make_model()
+    vn = ValueNormalizer()
+    updater = PPOUpdater(model, PPOConfig(update_epochs=2, num_minibatches=4), device="cpu", value_norm=vn)
+    updater.update(make_batch(model, seed=1), progress=0.0)  # Adam's state and the statistics exist
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    adam = copy.deepcopy(updater.optimizer.state_dict()["state"])
+    moments = {k: v.clone() for k, v in vn.state_dict().items()}
+    batch = make_batch(model, seed=2)
+    batch[bad][5] = float("inf")
+    stats = updater.update(batch, progress=0.0)
+    assert stats["nonfinite_update"] == 1 and not math.isfinite(stats["grad_norm"])
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    for k, v in vn.state_dict().items():
+        assert torch.equal(v, moments[k]), k
+    for i, state in updater.optimizer.state_dict()["state"].items():
+        assert all(torch.equal(v, adam[i][name]) for name, v in state.items()), i
+    later = updater.update(make_batch(model, seed=3), progress=0.0)
+    assert "nonfinite_update" not in later and math.isfinite(later["grad_norm"])
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("variant,lag", [("clip", False), ("kl", False), ("clip", True)])
+def test_a_statistic_the_loss_adds_is_averaged_and_returned_unlisted(monkeypatch, variant, lag):
+    """Adding a statistic is one line in ppo_loss: the update asks the loss what it reports (loss_statistics)
+    and averages each over the minibatches like the others (here a constant 2, so its mean is 2)."""
+    from learner.update import ppo
+    plain = ppo.ppo_loss
+
+    def with_one_more(*args, **kwargs):
+        loss, stats = plain(*args, **kwargs)
+        return loss, {**stats, "a_new_statistic": torch.tensor(2.0)}
+    monkeypatch.setattr(ppo, "ppo_loss", with_one_more)
+    model = make_model()
+    updater = PPOUpdater(model, PPOConfig(variant=variant, update_epochs=2, num_minibatches=2), "cpu", policy_lag=lag)
+    stats = updater.update(make_batch(model), progress=0.0)
+    assert stats["a_new_statistic"] == pytest.approx(2.0)
+    assert ("kl_penalty" in stats) == (variant == "kl") and ("behaviour_kl" in stats) == lag

@@ -80,23 +80,23 @@ class CountingUpdater:
     def __init__(self, fail: BaseException | None = None):
         self.calls, self.fail = 0, fail
 
-    def update(self, batch, update, generator):
+    def update(self, batch, progress, generator):
         self.calls += 1
         if self.fail is not None:
             raise self.fail
-        return {"update": update}
+        return {"progress": progress}
 
 
 @pytest.mark.parametrize("policy_lag", [True, False])
 def test_an_update_that_fails_raises_in_the_learners_thread_once(policy_lag):
     updater = CountingUpdater(fail=FloatingPointError("loss is nan"))
     runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=policy_lag, say_after_s=30, deadline_s=60)
-    runner.start({}, 3)
+    runner.start({}, progress=0.25)
     with pytest.raises(FloatingPointError, match="loss is nan"):
         runner.result()
     updater.fail = None
-    runner.start({}, 4)
-    assert runner.result() == {"update": 4}  # the failure was handed over once, not again
+    runner.start({}, progress=0.5)  # what PPOUpdater.update's learning rate follows
+    assert runner.result() == {"progress": 0.5}  # the failure was handed over once, not again
 
 
 def test_collect_only_asks_the_updater_nothing_and_gives_empty_stats():

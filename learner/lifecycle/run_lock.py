@@ -7,6 +7,8 @@ pid, which a refused second run names. Torch-free: launch.py checks before any h
 
 A run directory is private (issue 43): mode 0700 whatever the umask, so no other local user may read or
 write anything in it; make_private creates it so, or narrows an existing one (made by an older version).
+It is this user's (issue 60): one that another user owns, or that sits in a directory another user may write
+(and so replace it), is refused (`check_owned`), root included: root must not take over another user's directory.
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ import os
 import re
 import secrets
 import time
+import stat
 from pathlib import Path
+
+from protocol.files import NOFOLLOW
 
 LOCK = "lock"
 PRIVATE = 0o700  # this user only
@@ -24,6 +29,41 @@ RUN_UMASK = 0o077  # what the processes of a run create: files 0600, directories
 
 class RunDirHeld(RuntimeError):
     """Another live process holds the run directory: one line naming it."""
+
+
+class RunDirForeign(RuntimeError):
+    """The run directory is not safely this user's (another user owns it, or may replace it): one line."""
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def check_owned(run_dir: Path) -> None:
+    """RunDirForeign unless run_dir (if it exists) belongs to this user, and the directory it is in (the nearest
+    that exists) belongs to this user or root and is writable by nobody else: not by others, nor by a group
+    other than this user's own, unless it has the sticky bit (as /tmp: only an entry's owner may rename it)."""
+    me, path = os.geteuid(), Path(os.path.abspath(run_dir))
+    if path.exists():
+        owner = os.stat(path).st_uid
+        if owner != me:
+            raise RunDirForeign(f"run directory {run_dir} belongs to {_user(owner)}, not to {_user(me)} who runs "
+                                f"this: refusing to take it over; pick a directory of your own (--run-dir)")
+    parent = path.resolve().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    st = os.stat(parent)
+    shared = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != os.getegid())
+    why = (f"belongs to {_user(st.st_uid)}" if st.st_uid not in (me, 0) else
+           f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})" if shared and not st.st_mode & stat.S_ISVTX
+           else None)
+    if why is not None:
+        raise RunDirForeign(f"run directory {run_dir} is in {parent}, which {why}: they could replace it; pick a "
+                            f"directory in one of your own (--run-dir)")
 
 
 def default_name(env_id: str, now: float | None = None) -> str:
@@ -35,10 +75,18 @@ def default_name(env_id: str, now: float | None = None) -> str:
 
 
 def make_private(run_dir: Path) -> bool:
-    """Create run_dir (and its parents, as mkdir -p) or keep it, then give it mode 0700 whatever the umask.
-    True when an existing directory was open to other users before."""
+    """Create run_dir (and its missing parents, as mkdir -p but 0700 whatever the umask, so that nobody else may
+    replace it) or keep it, then give it mode 0700. True when an existing directory was open to other users
+    before. RunDirForeign (nothing changed) when it is not this user's (check_owned), checked again once it
+    exists (another user may have made it meanwhile)."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(mode=PRIVATE, parents=True, exist_ok=True)  # mkdir's mode passes through the umask: chmod too
+    check_owned(run_dir)
+    for missing in reversed([p for p in (run_dir, *run_dir.parents) if not p.exists()]):
+        try:
+            missing.mkdir(mode=PRIVATE)  # mkdir's mode passes through the umask: at most 0700, chmod below
+        except FileExistsError:
+            pass
+    check_owned(run_dir)
     was_open = bool(os.stat(run_dir).st_mode & 0o077)
     if was_open:
         os.chmod(run_dir, PRIVATE)
@@ -53,7 +101,7 @@ def lock_name(rank: int = 0) -> str:
 def holder(run_dir: Path, rank: int = 0) -> int | None:
     """The pid of the live process holding run_dir, None when nobody does. Writes nothing."""
     try:
-        fd = os.open(Path(run_dir) / lock_name(rank), os.O_RDONLY)
+        fd = os.open(Path(run_dir) / lock_name(rank), os.O_RDONLY | NOFOLLOW)
     except OSError:
         return None  # no lock file: nobody ever held it (a holder creates it first)
     try:
@@ -76,7 +124,7 @@ class RunLock:
 
     def __init__(self, run_dir: Path, rank: int = 0):
         self.path = Path(run_dir) / lock_name(rank)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (O_CLOEXEC)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)  # not inherited by children (O_CLOEXEC)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

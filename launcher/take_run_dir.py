@@ -1,5 +1,5 @@
 """The launcher's run directory: its name, never a run written over without --resume, its lock held while the run
-lives (learner/lifecycle/rundir.py), the config.toml written into it, and nothing left behind when the learner
+lives (learner/lifecycle/run_lock.py), the config.toml written into it, and nothing left behind when the learner
 refuses to start."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launcher.job import external_job, lock_rank
 from learner.config import Config, ConfigError, to_toml
-from learner.lifecycle.rundir import RunDirHeld, RunLock, default_name, make_private
+from learner.lifecycle.run_lock import RunDirHeld, RunLock, default_name, make_private
 from protocol.files import WriteFailed, atomic_write
 
 log = logging.getLogger("launch")
