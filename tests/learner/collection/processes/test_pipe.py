@@ -67,7 +67,7 @@ def test_a_collector_process_told_something_unknown_says_so_in_one_line_and_exit
         failed = mine.recv()
         assert isinstance(failed, Failed)
         assert failed.text == ("the training process sent an unknown message (tuple ('collect', 0, None)) where "
-                               "Know or Collect or Close was expected")
+                               "Know or Collect or Strike or Close was expected")
         proc.join(60)
         assert proc.exitcode == 1
     finally:
