@@ -3,7 +3,9 @@ import pytest
 
 from learner.gateway.admission import (ROLLOUT_COPIES, Admission, AdmissionRefused, check_run_fits,
                                        slot_bytes, state_bytes)
+from learner.gateway.receive import ReceiveLimits
 from learner.gateway.registry import ActorRegistry
+from tests.learner.gateway.test_receive import CARTPOLE
 
 BREAKOUT = ((4, 84, 84), "uint8", 128)
 
@@ -29,6 +31,10 @@ def test_a_recurrent_state_counts_in_each_slot_and_is_said_at_start():
     assert a.split(2).state_bytes == each
     assert "of it recurrent state" in a.describe(8)
     assert "recurrent" not in Admission.of(1024, 0, 8, *BREAKOUT).describe(8)
+    queued = a.with_queues(ReceiveLimits.of(*CARTPOLE, max_envs_per_actor=a.max_envs_per_actor, cap_bytes=64 << 20))
+    assert queued.bytes_for(8, 2) == 8 * a.slot_bytes + 2 * queued.queue_bytes  # the state beside the queues
+    assert queued.split(2).state_bytes == each and queued.split(2).queue_bytes == queued.queue_bytes
+    assert "of it recurrent state" in queued.describe(8, 2) and "receive queues" in queued.describe(8, 2)
 
 
 def test_a_greedy_claim_is_refused_for_good_and_a_full_learner_says_later():
