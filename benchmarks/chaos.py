@@ -47,7 +47,10 @@ from procfs import kill, kill_group, read_metrics, read_rss_mb  # noqa: E402
 SLOTS = 8  # configs/cartpole.toml: 2 actors x 4 envs
 RUN_SETTINGS = ["--config", "configs/cartpole.toml", "--set", "cluster.collectors=2", "--set", "cluster.actor_timeout_s=2",
                 "--set", "run.checkpoint_every=5"]
-LAUNCH = [*RUN_SETTINGS, "--total-steps", "100000000"]
+# One run takes every fault in turn, up to seven of which end the learner within the hour (stop-collector,
+# kill-collector, disk-full, kill-learner, stop-learner, stop-learner-at-start twice): the launcher's default of 3
+# restarts per hour (tested on its own in tests/launcher/test_restarts.py) would end the run at the fourth.
+LAUNCH = [*RUN_SETTINGS, "--total-steps", "100000000", "--max-learner-restarts", "20"]
 DEADLINE_S = 60.0  # for each wait of a fault: detection, recovery
 LEARNER_SILENT_S = RunConfig().learner_silent_s  # the runs keep launch.py's default
 
