@@ -169,5 +169,6 @@ def test_a_hang_up_stops_in_order_with_a_final_checkpoint_and_exits_zero(tmp_pat
     if moment == "training":
         last = metrics(run_dir)[-1]["update"]
         assert (run_dir / "checkpoints" / f"ckpt_{last:08d}.pt").exists(), sorted((run_dir / "checkpoints").iterdir())
-        assert "final checkpoint" in (run_dir / "learner.log").read_text()
+        # (its "final checkpoint" line only when the periodic one had not already saved that update)
+        assert "learner done:" in (run_dir / "learner.log").read_text()
         assert "interrupted (SIG" in (run_dir / "actors.log").read_text() or to != "group"
