@@ -1,7 +1,9 @@
 """An actor process: handshake, then step envs on the learner's actions until told goodbye.
 
 Central inference: the actor only steps environments, so it never imports torch. Its envs may be split
-into two groups (double buffering): while the learner infers one group's actions, the other steps.
+into groups stepped in turn: while the learner infers one group's actions, another steps. With groups "auto"
+the actor times its first seconds as one group, then rejoins with the count those timings call for
+(actor/group_count.py).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import zmq
 
 from actor import EXIT_REFUSED
 from actor.env_groups import ActorEnvs, EnvGroup, SpacesDiffer
+from actor.group_count import RoundTrips
 from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
@@ -44,6 +47,14 @@ class Busy(Exception):
 
 class Retired(Exception):
     """The learner retired this actor (it was silent too long, e.g. stopped); it should hand-shake again."""
+
+
+class Regroup(Exception):
+    """Groups "auto": the first seconds' timings call for `groups` groups; the actor said goodbye to rejoin so."""
+
+    def __init__(self, groups: int):
+        super().__init__(f"regrouping into {groups} groups")
+        self.groups = groups
 
 
 class Redirected(Exception):
@@ -75,7 +86,7 @@ class Wire:
 class ActorOptions:
     learner: str
     num_envs: int = 1
-    groups: int = 1
+    groups: int | str = 1  # or "auto": chosen from the first seconds' timings (actor/group_count.py)
     name: str = ""
     parent_pid: int = 0  # exit when this process (launch.py) is gone
     deadlines: Deadlines = field(default_factory=Deadlines)
@@ -103,23 +114,25 @@ def _signal_name(exc: KeyboardInterrupt) -> str:
     return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.leave_on_sigterm
 
 
-def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None) -> str:
+def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None,
+                groups: int = 1, probe: RoundTrips | None = None) -> str:
     """One connection to a learner (opts.learner, or the rank it redirected us to), from handshake to
-    goodbye. Returns the goodbye reason. `envs` outlives the session."""
+    goodbye, with the envs in `groups` groups. Returns the goodbye reason. `envs` outlives the session.
+    `probe` (groups "auto", one group): times the first seconds, then Regroup if they call for more."""
     sock = connect_dealer(ctx, address or opts.learner, opts.wire.max_message_mb << 20, curve=opts.wire.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     try:
-        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups, codecs=opts.wire.codecs)))
+        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=groups, codecs=opts.wire.codecs)))
         welcome = _await_welcome(sock, opts)
         senders = [None if welcome.codec == compression.NONE else compression.Sender(welcome.codec)
-                   for _ in range(opts.groups)]
+                   for _ in range(groups)]
         joined.append(welcome.run_id)
-        early = _prepare(sock, envs, welcome, opts)
+        early = _prepare(sock, envs, welcome, opts, groups)
         if early is not None:  # the learner spoke while the envs were being built
             return _answer_early(sock, early)
-        k = opts.num_envs // opts.groups
+        k = opts.num_envs // groups
         space = envs.groups[0].space
-        expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=welcome.obs_space.shape,
+        expect = m.Expect(group_size=k, groups=groups, obs_shape=welcome.obs_space.shape,
                           obs_dtype=welcome.obs_space.dtype, action_shape=space.shape,
                           action_dtype="int64" if space.kind == "discrete" else "float32",
                           max_bytes=opts.wire.max_message_mb << 20)
@@ -127,7 +140,7 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
                  welcome.codec)
         for g, group in enumerate(envs.groups):
             sock.send_multipart(m.encode(group.first_report(g), senders[g]))
-        return _serve(sock, monitor, envs.groups, senders, expect, opts)
+        return _serve(sock, monitor, envs.groups, senders, expect, opts, probe)
     except KeyboardInterrupt as exc:
         if joined:  # the learner knows us: it logs a departure, not a peer lost
             _say_goodbye(sock, f"interrupted ({_signal_name(exc)})")
@@ -138,20 +151,20 @@ def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorE
         sock.close()
 
 
-def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
+def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions, groups: int):
     """Have the envs the welcome describes: the ones kept from the last session if the settings are the
     same, else built in a worker thread while this one sends a Starting message every HEARTBEAT_S (so the
     learner never takes start-up time for silence). Returns the first message the learner sent meanwhile
     (a Goodbye, or an Error), or None."""
-    key = (json.dumps(welcome.env, sort_keys=True), opts.num_envs, opts.groups)
-    if envs.reusable(key):
+    key = (json.dumps(welcome.env, sort_keys=True), opts.num_envs)
+    if envs.reusable(key, groups):
         log.info("actor %s: keeping its %d envs from the last session", opts.name, opts.num_envs)
         return None
     failure: list[BaseException] = []
 
     def build():
         try:
-            envs.build(key, welcome, opts.groups)
+            envs.build(key, welcome, groups)
         except BaseException as exc:  # handed to the main thread
             failure.append(exc)
 
@@ -197,9 +210,11 @@ def _say_goodbye(sock, reason: str) -> None:
             sock.recv_multipart()
 
 
-def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expect, opts: ActorOptions) -> str:
-    """Step on every Actions message until goodbye. Every report owed has been sent whenever this
-    waits, so a learner silent past learner_timeout_s is stalled or gone, never merely waiting on us."""
+def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expect, opts: ActorOptions,
+           probe: RoundTrips | None = None) -> str:
+    """Step on every Actions message until goodbye, whichever group it is for (while the others' actions are
+    on their way). Every report owed has been sent whenever this waits, so a learner silent past
+    learner_timeout_s is stalled or gone, never merely waiting on us. `probe`: see run_session."""
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     poller.register(monitor, zmq.POLLIN)
@@ -217,13 +232,33 @@ def _serve(sock, monitor, groups: list[EnvGroup], senders: list, expect: m.Expec
         last_heard = time.monotonic()
         msg = m.decode(sock.recv_multipart(copy=False), expect=expect, max_bytes=expect.max_bytes)
         if isinstance(msg, m.Actions):
+            since = probe.received() if probe is not None else 0.0
+            if probe is not None and probe.ready():
+                _regroup_if_called_for(sock, probe, opts.name)
+                probe = None
             # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy
             # bookkeeping costs more than copying a few hundred KB
             sock.send_multipart(m.encode(groups[msg.group].step(msg.group, msg.actions), senders[msg.group]))
+            if probe is not None:
+                probe.sent(since)
         elif isinstance(msg, m.Goodbye):
             return msg.reason
         elif isinstance(msg, m.Error):
             raise Retired(msg.reason) if msg.rejoin else Refused(msg.reason)
+
+
+def _regroup_if_called_for(sock, probe: RoundTrips, name: str) -> None:
+    """Groups "auto", the probe done: say so, and with another count than one say goodbye (the learner cuts
+    this actor's columns where they stand; nothing is in flight, as the actions just received are not stepped)
+    and raise Regroup."""
+    step_s, round_trip_s = probe.medians()
+    groups = probe.choice()
+    log.info("actor %s: env step %.2f ms for %d envs, round trip %.2f ms (medians of %d): %d group%s",
+             name, 1e3 * step_s, probe.num_envs, 1e3 * round_trip_s, len(probe.round_trips), groups,
+             "" if groups == 1 else "s, rejoining")
+    if groups != 1:
+        sock.send_multipart(m.encode(m.Goodbye(f"regrouping into {groups} groups (groups auto)")))
+        raise Regroup(groups)
 
 
 def _await_welcome(sock, opts: ActorOptions) -> m.Welcome:
@@ -271,13 +306,16 @@ def run(opts: ActorOptions, on_refused=None) -> int:
     ctx = zmq.Context()
     envs = ActorEnvs()  # built once, kept across rejoins
     backoff, gone_since, address, answered, busy_since = 0.5, None, None, False, None
+    auto = opts.groups == "auto"
+    groups = 1 if auto else opts.groups
     log.info("actor %s: connecting to %s (giving up if no learner answers within %gs)", opts.name, opts.learner,
              opts.deadlines.welcome_timeout_s)
     try:
         while True:
             joined = []
             try:
-                reason = run_session(opts, ctx, joined, envs, address or learner_address(opts))
+                probe = RoundTrips(opts.num_envs) if auto else None
+                reason = run_session(opts, ctx, joined, envs, address or learner_address(opts), groups, probe)
                 log.info("actor %s: learner said goodbye (%s)", opts.name, reason)
                 return 0
             except Refused as exc:
@@ -294,6 +332,10 @@ def run(opts: ActorOptions, on_refused=None) -> int:
                 if not _ask_again_later(opts, exc, busy_since, backoff):
                     return EXIT_REFUSED
                 backoff = min(backoff * 2, 10.0)
+                continue
+            except Regroup as exc:  # once: the same learner at once, the envs as they are (their games go on)
+                groups, auto = exc.groups, False
+                envs.regroup(groups)
                 continue
             except Redirected as exc:  # once: if that rank goes away, rank 0 decides again
                 log.info("actor %s %s", opts.name, exc)

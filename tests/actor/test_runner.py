@@ -43,7 +43,7 @@ def test_an_actor_whose_env_has_other_spaces_tells_the_learner_and_is_refused():
                             obs_space=SpaceSpec.from_gym(gym.spaces.Box(-1, 1, (5,), np.float32)),
                             action_space=SpaceSpec.from_gym(gym.spaces.Discrete(2)))
         with pytest.raises(Refused, match="different spaces"):
-            _prepare(actor, ActorEnvs(), welcome, ActorOptions(learner="inproc://spaces"))
+            _prepare(actor, ActorEnvs(), welcome, ActorOptions(learner="inproc://spaces"), groups=1)
         assert learner.poll(5000), "the learner was told nothing"
         told = m.decode(learner.recv_multipart()[1:])
         assert isinstance(told, m.Error) and "spaces differ" in told.reason
