@@ -5,10 +5,14 @@ inferred and answered (the round trip, R), the other groups can step, so with n 
 groups of k = n / G a group's cycle is k s + R and the core's work in it is n s: the core never idles once
 n s >= k s + R. One group (the default) idles R in every n s + R.
 
+A learner infers one batch at a time, so a report that arrives while a batch is inferred waits for it: each
+env's step then takes at least two round trips (2 R), whatever the groups, and past k s <= R more groups
+only add messages.
+
 `RoundTrips` times the actor with one group (so the round trip it sees is the learner's alone, not the actor's
 own queueing); `choose_groups` then takes the fewest groups whose predicted share of the core's time stepping
-reaches TARGET_BUSY, as fewer groups mean fewer, larger messages for the learner; the most there can be when
-none does.
+reaches TARGET_BUSY, as fewer groups mean fewer, larger messages for the learner; when none does, the fewest
+that do as well as any can.
 """
 from __future__ import annotations
 
@@ -23,19 +27,19 @@ PROBE_S = 1.0  # ... over at least this long, before choosing
 
 
 def busy_share(num_envs: int, groups: int, step_s: float, round_trip_s: float) -> float:
-    """The predicted share of the core's time spent stepping, for `step_s` per step of all `num_envs` envs."""
-    group_step = step_s / groups
-    return min(1.0, step_s / max(group_step + round_trip_s, 1e-12))
+    """The predicted share of the core's time spent stepping, for `step_s` per step of all `num_envs` envs: the
+    core's work over a group's cycle (its step and the round trip, at least two round trips)."""
+    cycle = max(step_s / groups + round_trip_s, 2 * round_trip_s)
+    return min(1.0, step_s / max(cycle, 1e-12))
 
 
 def choose_groups(num_envs: int, step_s: float, round_trip_s: float, max_groups: int = MAX_GROUPS) -> int:
-    """The fewest groups (dividing `num_envs`, at most `max_groups`) whose busy share reaches TARGET_BUSY; the
-    most allowed if none does."""
+    """The fewest groups (dividing `num_envs`, at most `max_groups`) whose busy share reaches TARGET_BUSY, or,
+    if none does, the best share there is."""
     counts = [g for g in range(1, min(num_envs, max_groups) + 1) if num_envs % g == 0]
-    for g in counts:
-        if busy_share(num_envs, g, step_s, round_trip_s) >= TARGET_BUSY:
-            return g
-    return counts[-1]
+    shares = [busy_share(num_envs, g, step_s, round_trip_s) for g in counts]
+    enough = min(TARGET_BUSY, max(shares)) - 1e-9
+    return next(g for g, share in zip(counts, shares) if share >= enough)
 
 
 class RoundTrips:

@@ -159,6 +159,9 @@ def sleeping_actors(address: str, count: int, num_envs: int, groups, step_ms: fl
             _, _, i, g, session = heapq.heappop(due)
             actors[i].send(g, session)
         timeout = 1000 if not due else max(0.0, (due[0][0] - time.monotonic()) * 1000)
+        if 0 < timeout < 1:  # zmq polls whole milliseconds: a shorter wait would spin through them
+            time.sleep(timeout / 1000)
+            timeout = 0
         for sock, _ in poller.poll(timeout):
             i, a = index[sock], actors[index[sock]]
             while a.sock is sock:
