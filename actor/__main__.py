@@ -8,7 +8,7 @@ import socket
 import sys
 
 from actor import leave_on_sigterm, name_process
-from protocol.messages import MAX_ENV_SLOTS
+from protocol.messages import MAX_ENV_SLOTS, MAX_GROUPS
 
 
 def parse_args(argv=None):
@@ -17,8 +17,9 @@ def parse_args(argv=None):
                    help="the learner's address (required), e.g. tcp://10.0.0.5:5555; a local run's is in "
                         "RUN_DIR/endpoints.json")
     p.add_argument("--envs", type=int, default=1, help="environments this actor hosts (default: %(default)s)")
-    p.add_argument("--groups", type=int, default=1, choices=(1, 2),
-                   help="2: double-buffered (step one half while the other waits for actions) (default: %(default)s)")
+    p.add_argument("--groups", default="1", metavar=f"1..{MAX_GROUPS}|auto",
+                   help="env groups stepped in turn while the others wait for actions (2: halves); auto: timed as one "
+                        "group first, then as many as the measured round trip calls for (default: %(default)s)")
     p.add_argument("--name", default="", help="name shown in the learner's log (default: HOSTNAME-PID)")
     p.add_argument("--reconnect-s", type=float, default=300.0,
                    help="once joined, keep trying to rejoin a learner that went away this long; 0 exits when it "
@@ -36,8 +37,12 @@ def parse_args(argv=None):
         p.error(f"--learner must start with tcp:// or ipc://, got {args.learner!r}")
     if args.envs < 1 or args.envs > MAX_ENV_SLOTS:
         p.error(f"--envs must be in [1, {MAX_ENV_SLOTS}], got {args.envs}")
-    if args.envs % args.groups:
-        p.error(f"--envs ({args.envs}) must be divisible by --groups ({args.groups})")
+    if args.groups != "auto":
+        if not args.groups.isdigit() or not 1 <= int(args.groups) <= MAX_GROUPS:
+            p.error(f"--groups must be in [1, {MAX_GROUPS}] or auto, got {args.groups!r}")
+        args.groups = int(args.groups)
+        if args.envs % args.groups:
+            p.error(f"--envs ({args.envs}) must be divisible by --groups ({args.groups})")
     if not args.name.isprintable() or len(args.name) > 100:
         p.error(f"--name must be at most 100 printable characters (no newlines or other control characters), "
                 f"got {args.name!r:.120}")

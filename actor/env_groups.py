@@ -16,9 +16,11 @@ class SpacesDiffer(Exception):
 class EnvGroup:
     """K envs stepped together; builds the step report the learner expects for them."""
 
-    def __init__(self, envs, seeds, space):
+    def __init__(self, envs, seeds, space, obs: np.ndarray | None = None):
+        """`obs`: the envs' current observations, for envs already playing (regrouped); else each is reset
+        with its seed."""
         self.envs, self.space = envs, space
-        self.obs = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)])
+        self.obs = obs if obs is not None else np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)])
         if space.kind == "box":
             self.low = np.asarray(space.low, np.float32).reshape(space.shape)
             self.high = np.asarray(space.high, np.float32).reshape(space.shape)
@@ -67,8 +69,16 @@ class ActorEnvs:
         self.groups: list[EnvGroup] = []
         self.built = 0  # envs built so far by the running build (read by the heartbeat)
 
-    def reusable(self, key: tuple) -> bool:
-        return self.key == key and bool(self.groups)
+    def reusable(self, key: tuple, groups: int) -> bool:
+        return self.key == key and len(self.groups) == groups
+
+    def regroup(self, groups: int) -> None:
+        """The same envs, their games going on, split into `groups` equal groups (groups "auto")."""
+        envs = [env for group in self.groups for env in group.envs]
+        obs = np.concatenate([group.obs for group in self.groups])
+        k = len(envs) // groups
+        self.groups = [EnvGroup(envs[g * k:(g + 1) * k], None, self.groups[0].space, obs[g * k:(g + 1) * k].copy())
+                       for g in range(groups)]
 
     def build(self, key: tuple, welcome: m.Welcome, groups: int) -> None:
         """Make and seed every env (in a worker thread: the actor's main thread keeps saying it is alive)."""

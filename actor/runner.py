@@ -1,13 +1,14 @@
 """An actor process: handshake, then step envs on the learner's actions until told goodbye.
 
 Central inference: the actor only steps environments, so it never imports torch. Its envs may be split
-into two groups (double buffering): while the learner infers one group's actions, the other steps.
+into groups stepped in turn: while the learner infers one group's actions, another steps. With groups "auto"
+the actor times its first seconds as one group, then rejoins with the count those timings call for
+(actor/group_count.py).
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -17,7 +18,8 @@ from pathlib import Path
 import zmq
 
 from actor import EXIT_REFUSED
-from actor.env_groups import ActorEnvs, EnvGroup, SpacesDiffer
+from actor.env_groups import ActorEnvs, SpacesDiffer
+from actor.group_count import RoundTrips
 from protocol import compression
 from protocol import messages as m
 from protocol.errors import ProtocolError
@@ -45,6 +47,14 @@ class Busy(Exception):
 
 class Retired(Exception):
     """The learner retired this actor (it was silent too long, e.g. stopped); it should hand-shake again."""
+
+
+class Regroup(Exception):
+    """Groups "auto": the first seconds' timings call for `groups` groups; the actor said goodbye to rejoin so."""
+
+    def __init__(self, groups: int):
+        super().__init__(f"regrouping into {groups} groups")
+        self.groups = groups
 
 
 class Redirected(Exception):
@@ -76,7 +86,7 @@ class Wire:
 class ActorOptions:
     learner: str
     num_envs: int = 1
-    groups: int = 1
+    groups: int | str = 1  # or "auto": chosen from the first seconds' timings (actor/group_count.py)
     name: str = ""
     parent_pid: int = 0  # exit when this process (launch.py) is gone
     deadlines: Deadlines = field(default_factory=Deadlines)
@@ -104,23 +114,25 @@ def _signal_name(exc: KeyboardInterrupt) -> str:
     return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.leave_on_sigterm
 
 
-def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None) -> str:
+def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None,
+                groups: int = 1, probe: RoundTrips | None = None) -> str:
     """One connection to a learner (opts.learner, or the rank it redirected us to), from handshake to
-    goodbye. Returns the goodbye reason. `envs` outlives the session."""
+    goodbye, with the envs in `groups` groups. Returns the goodbye reason. `envs` outlives the session.
+    `probe` (groups "auto", one group): times the first seconds, then Regroup if they call for more."""
     sock = connect_dealer(ctx, address or opts.learner, opts.wire.max_message_mb << 20, curve=opts.wire.curve)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    session = Session(sock, envs, opts)
+    session = Session(sock, envs, opts, groups, probe)
     try:
-        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=opts.groups, codecs=opts.wire.codecs)))
+        sock.send_multipart(m.encode(m.Handshake(opts.num_envs, opts.name, groups=groups, codecs=opts.wire.codecs)))
         welcome = _await_welcome(sock, session)
         joined.append(welcome.run_id)
-        early = _prepare(sock, envs, welcome, opts)
+        early = _prepare(sock, envs, welcome, opts, groups)
         if early is not None:  # the learner spoke while the envs were being built
             if (reason := session.dispatch(early, m.PREPARING)) is not None:
                 return reason
-        k = opts.num_envs // opts.groups
+        k = opts.num_envs // groups
         space = envs.groups[0].space
-        expect = m.Expect(group_size=k, groups=opts.groups, obs_shape=welcome.obs_space.shape,
+        expect = m.Expect(group_size=k, groups=groups, obs_shape=welcome.obs_space.shape,
                           obs_dtype=welcome.obs_space.dtype, action_shape=space.shape,
                           action_dtype="int64" if space.kind == "discrete" else "float32",
                           max_bytes=opts.wire.max_message_mb << 20)
@@ -146,8 +158,8 @@ class Session:
     table does not give an actor in `state` is dropped, never acted on, but not silently: logged by name (the
     first of each type and state in full) and counted in `unexpected`."""
 
-    def __init__(self, sock, envs: ActorEnvs, opts: ActorOptions):
-        self.sock, self.envs, self.opts = sock, envs, opts
+    def __init__(self, sock, envs: ActorEnvs, opts: ActorOptions, groups: int, probe: RoundTrips | None = None):
+        self.sock, self.envs, self.opts, self.groups, self.probe = sock, envs, opts, groups, probe
         self.senders: list = []  # per group: its frames' compressor (None: raw), as the Welcome agreed
         self.unexpected = 0
         self._told: set[tuple[type, str]] = set()
@@ -168,7 +180,7 @@ class Session:
             raise Refused(f"the learner picked frame codec {msg.codec!r:.20}, which this actor did not offer "
                           f"({self.opts.wire.codecs})")
         self.senders = [None if msg.codec == compression.NONE else compression.Sender(msg.codec)
-                        for _ in range(self.opts.groups)]
+                        for _ in range(self.groups)]
         return msg
 
     def on_redirect(self, msg: m.Redirect, state: str):
@@ -185,26 +197,34 @@ class Session:
         return msg.reason
 
     def on_actions(self, msg: m.Actions, state: str) -> None:
+        """Step the group the actions are for (while the others' actions are on their way). With a probe
+        (groups "auto", one group), time the round trip, and once it is done maybe Regroup."""
+        since = self.probe.received() if self.probe is not None else 0.0
+        if self.probe is not None and self.probe.ready():
+            _regroup_if_called_for(self.sock, self.probe, self.opts.name)
+            self.probe = None
         # copied sends: the group's obs buffer is rewritten by the next step, and zmq's zero-copy bookkeeping
         # costs more than copying a few hundred KB
         report = self.envs.groups[msg.group].step(msg.group, msg.actions)
         self.sock.send_multipart(m.encode(report, self.senders[msg.group]))
+        if self.probe is not None:
+            self.probe.sent(since)
 
 
-def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions):
+def _prepare(sock, envs: ActorEnvs, welcome: m.Welcome, opts: ActorOptions, groups: int):
     """Have the envs the welcome describes: the ones kept from the last session if the settings are the
     same, else built in a worker thread while this one sends a Starting message every HEARTBEAT_S (so the
     learner never takes start-up time for silence). Returns the first message the learner sent meanwhile
     (a Goodbye, or an Error), or None."""
-    key = (json.dumps(welcome.env, sort_keys=True), opts.num_envs, opts.groups)
-    if envs.reusable(key):
+    key = (json.dumps(welcome.env, sort_keys=True), opts.num_envs)
+    if envs.reusable(key, groups):
         log.info("actor %s: keeping its %d envs from the last session", opts.name, opts.num_envs)
         return None
     failure: list[BaseException] = []
 
     def build():
         try:
-            envs.build(key, welcome, opts.groups)
+            envs.build(key, welcome, groups)
         except BaseException as exc:  # handed to the main thread
             failure.append(exc)
 
@@ -265,6 +285,20 @@ def _serve(sock, monitor, session: Session, expect: m.Expect, opts: ActorOptions
             return reason
 
 
+def _regroup_if_called_for(sock, probe: RoundTrips, name: str) -> None:
+    """Groups "auto", the probe done: say so, and with another count than one say goodbye (the learner cuts
+    this actor's columns where they stand; nothing is in flight, as the actions just received are not stepped)
+    and raise Regroup."""
+    step_s, round_trip_s = probe.medians()
+    groups = probe.choice()
+    log.info("actor %s: env step %.2f ms for %d envs, round trip %.2f ms (medians of %d): %d group%s",
+             name, 1e3 * step_s, probe.num_envs, 1e3 * round_trip_s, len(probe.round_trips), groups,
+             "" if groups == 1 else "s, rejoining")
+    if groups != 1:
+        sock.send_multipart(m.encode(m.Goodbye(f"regrouping into {groups} groups (groups auto)")))
+        raise Regroup(groups)
+
+
 def _await_welcome(sock, session: Session) -> m.Welcome:
     opts = session.opts
     deadline = time.monotonic() + opts.deadlines.welcome_timeout_s
@@ -299,13 +333,16 @@ def run_actor(opts: ActorOptions, on_refused=None) -> int:
     ctx = zmq.Context()
     envs = ActorEnvs()  # built once, kept across rejoins
     backoff, gone_since, address, answered, busy_since = 0.5, None, None, False, None
+    auto = opts.groups == "auto"
+    groups = 1 if auto else opts.groups
     log.info("actor %s: connecting to %s (giving up if no learner answers within %gs)", opts.name, opts.learner,
              opts.deadlines.welcome_timeout_s)
     try:
         while True:
             joined = []
             try:
-                reason = run_session(opts, ctx, joined, envs, address or learner_address(opts))
+                probe = RoundTrips(opts.num_envs) if auto else None
+                reason = run_session(opts, ctx, joined, envs, address or learner_address(opts), groups, probe)
                 log.info("actor %s: learner said goodbye (%s)", opts.name, reason)
                 return 0
             except Refused as exc:
@@ -322,6 +359,10 @@ def run_actor(opts: ActorOptions, on_refused=None) -> int:
                 if not _ask_again_later(opts, exc, busy_since, backoff):
                     return EXIT_REFUSED
                 backoff = min(backoff * 2, 10.0)
+                continue
+            except Regroup as exc:  # once: the same learner at once, the envs as they are (their games go on)
+                groups, auto = exc.groups, False
+                envs.regroup(groups)
                 continue
             except Redirected as exc:  # once: if that rank goes away, rank 0 decides again
                 log.info("actor %s %s", opts.name, exc)

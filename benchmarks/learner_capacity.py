@@ -8,6 +8,8 @@
     python benchmarks/learner_capacity.py --codec none,zstd --transport tcp  # raw against compressed frames
     python benchmarks/learner_capacity.py --env-sleep-ms 10 --env-sleep-spread 0.5 --mode train --policy network \
         --config configs/cartpole.toml --launch-set run.policy_lag=1  # stragglers: the end-of-rollout barrier
+    python benchmarks/learner_capacity.py --env-sleep-ms 0.83 --one-core --envs 64 --envs-per-actor 4 \
+        --groups 1,2,4,auto --inference-delay-ms 2  # few envs against a round trip: groups on an actor's one core
 
 Synthetic actors (processes of this script) hand-shake with a real learner (`launch.py --actors 0
 --collect-only`) over the real protocol and sockets, then answer every Actions message at once with a step
@@ -121,11 +123,12 @@ def synthetic_actor(address: str, num_envs: int, groups: int, name: str, parent:
 # ----------------------------------------------------------------------------------------------- one row
 
 def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args, tmp: Path, label: str,
-            codec: str = "none", envs: int | None = None) -> dict:
-    groups = 2
-    actors = args.actors if envs is None else max(1, envs // (per_message * groups))
-    num_envs = per_message * groups
-    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-k{collectors}-{actors * num_envs}"
+            codec: str = "none", envs: int | None = None, groups: int | str = 2) -> dict:
+    """One row; with --envs-per-actor E, each actor's E envs in `groups` groups (per_message is then E / groups,
+    None for auto), else per_message x groups envs per actor."""
+    num_envs = args.envs_per_actor or per_message * groups
+    actors = args.actors if envs is None else max(1, envs // num_envs)
+    run_dir = tmp / f"{next(_RUN_IDS):02d}-{label}-{policy}-{per_message}-g{groups}-k{collectors}-{actors * num_envs}"
     address = "tcp://127.0.0.1:0" if args.transport == "tcp" else f"ipc://{run_dir}.sock"  # a file: any checkout
     cmd = [sys.executable, "launch.py", "--actors", "0", "--device", args.device,
            "--total-steps", str(10**12), "--run-dir", str(run_dir), "--config", args.config,
@@ -148,9 +151,13 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
     workers = []
     try:
         endpoints = _wait_for(lambda: _json(run_dir / "endpoints.json"), 120, "the learner's endpoints", proc, run_dir)
-        workers = _start_actors(endpoints["address"], actors, num_envs, groups, codec, args)
+        chosen = mp.get_context("spawn").Queue() if groups == "auto" else None
+        workers = _start_actors(endpoints["address"], actors, num_envs, groups, codec, args, chosen)
         metrics = run_dir / "metrics.jsonl"
-        skip = max(args.skip, 1)
+        skip, chosen_groups = max(args.skip, 1), None
+        if chosen is not None:  # measured from `skip` rollouts after the last actor's choice
+            chosen_groups = _await_choices(chosen, actors, proc, run_dir, args.row_timeout)
+            skip += len(read_metrics(metrics))
         _wait_for(lambda: len(read_metrics(metrics)) >= skip, args.row_timeout, f"{skip} rollouts", proc, run_dir)
         pids = {int(endpoints["pid"])} | {int(c["pid"]) for c in endpoints.get("collectors", [])}
         actor_pids, trainer = {w.pid for w in workers}, {int(endpoints["pid"])}
@@ -168,26 +175,43 @@ def run_row(checkout: Path, per_message: int, policy: str, collectors: int, args
         raise RuntimeError(f"{label} {policy} {per_message}: no progress")
     cpu_s, actors_s, trainer_s = ((b[i] - a[i]) / TICKS for i in (1, 2, 3))
     seconds = steps / steady["sps"]
-    ceiling = (sum(num_envs * 1000 / ms for ms in spread_step_ms(args.env_sleep_ms, args.env_sleep_spread, actors))
+    per_core = 1 if args.one_core else num_envs  # envs an actor steps at once: one on its core, or all side by side
+    ceiling = (sum(per_core * 1000 / ms for ms in spread_step_ms(args.env_sleep_ms, args.env_sleep_spread, actors))
                if args.env_sleep_ms > 0 else None)
     return {"checkout": label, "codec": codec, "policy": policy, "envs_per_message": per_message, "collectors": collectors,
+            "groups": groups, "envs_per_actor": num_envs, "one_core": args.one_core,
             "envs": actors * num_envs, "actors": actors, "mode": args.mode, "env_sleep_ms": args.env_sleep_ms,
             "env_sleep_spread": args.env_sleep_spread,
             "device": args.device, "transport": args.transport, "sps": steady["sps"], "env_ceiling_sps": ceiling,
             "learner_us_per_step": 1e6 * cpu_s / steps, "learner_cores": cpu_s / max(seconds, 1e-9),
             "actor_us_per_step": 1e6 * actors_s / steps, "training_process_us_per_step": 1e6 * trainer_s / steps,
             "env_steps": steps, "rollouts": steady["rollouts"], "skipped_rollouts": steady["skipped"],
+            "chosen_groups": chosen_groups,
             "breakdown": steady["breakdown"]}
 
 
-def _start_actors(address: str, actors: int, num_envs: int, groups: int, codec: str, args) -> list:
-    """Replaying actors, one process each; or (--env-sleep-ms) sleeping ones, --actors-per-process per process."""
+def _await_choices(chosen, actors: int, proc, run_dir: Path, timeout: float) -> dict[int, int]:
+    """Groups "auto": wait until every sleeping actor has chosen; {groups: actors that chose it}."""
+    got: list = []
+    _wait_for(lambda: _drain(chosen, got) >= actors, timeout, f"the {actors} actors' choice of groups", proc, run_dir)
+    return {g: sum(1 for _, c in got if c == g) for g in sorted({c for _, c in got})}
+
+
+def _drain(queue, into: list) -> int:
+    while not queue.empty():
+        into.append(queue.get())
+    return len(into)
+
+
+def _start_actors(address: str, actors: int, num_envs: int, groups: int, codec: str, args, chosen=None) -> list:
+    """Replaying actors, one process each; or (--env-sleep-ms) sleeping ones, --actors-per-process per process
+    (`chosen`: told each "auto" actor's choice)."""
     ctx = mp.get_context("spawn")
     if args.env_sleep_ms > 0:
         per = max(1, args.actors_per_process)
         step_ms = spread_step_ms(args.env_sleep_ms, args.env_sleep_spread, actors)
         jobs = [(sleeping_actors, (address, min(per, actors - i), num_envs, groups, step_ms[i:i + per],
-                                   f"sleeping-{i}", os.getpid())) for i in range(0, actors, per)]
+                                   f"sleeping-{i}", os.getpid(), args.one_core, chosen)) for i in range(0, actors, per)]
     else:
         jobs = [(synthetic_actor, (address, num_envs, groups, f"synthetic-{i}", os.getpid(), codec))
                 for i in range(actors)]
@@ -228,7 +252,7 @@ def _wait_for(predicate, timeout: float, what: str, proc, run_dir: Path, poll_s:
 
 def build_parser() -> argparse.ArgumentParser:
     p = parser(__doc__)
-    add_cluster_flags(p, "synthetic actor processes, 2 groups each", "none",
+    add_cluster_flags(p, "synthetic actor processes, --groups groups each", "none",
                       "cluster.codec values, comma-separated, e.g. none,zstd")
     p.add_argument("--config", default="configs/breakout.toml", help="learner config (default: %(default)s)")
     p.add_argument("--envs-per-message", default="8,16,32", help="comma-separated (default: %(default)s)")
@@ -245,6 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--envs", default=None, help="total env slots per row, comma-separated, e.g. 64,256 (the actors: "
                    "envs / (envs per message x 2 groups)); default: --actors")
     p.add_argument("--actors-per-process", type=int, default=8, help="sleeping actors per process (default: %(default)s)")
+    p.add_argument("--one-core", action="store_true", help="sleeping actors whose groups share one core, as a real "
+                   "actor's do: a group of k envs sleeps k x --env-sleep-ms after the actor's step before it (the "
+                   "ceiling: 1000 / ms per actor)")
+    p.add_argument("--groups", default="2", help="groups per actor, comma-separated rows, e.g. 1,2,4,auto (auto: "
+                   "sleeping actors only, as a real actor chooses; default: %(default)s)")
+    p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor for every row, split into "
+                   "--groups (instead of --envs-per-message x groups)")
     p.add_argument("--mode", choices=("collect", "train"), default="collect",
                    help="collect: --collect-only (groups flow on between rollouts); train: the real training loop "
                         "(the update, the end-of-rollout barrier; a cheap one: --config configs/cartpole.toml)")
@@ -270,7 +301,7 @@ def main(argv=None) -> int:
                       f"got {args.env_sleep_spread:g}")
     args.launch_set = [x for s in args.launch_set for x in ("--set", s)]
     envs_list = [int(x) for x in args.envs.split(",")] if args.envs else [None]
-    sizes = [int(x) for x in args.envs_per_message.split(",")]
+    shapes = _shapes(parser_, args)  # (envs per message, groups) of each row
     policies = [x.strip() for x in args.policy.split(",")]
     ks = [int(x) for x in args.collectors.split(",")]
     codecs = [x.strip() for x in args.codec.split(",")]
@@ -281,40 +312,61 @@ def main(argv=None) -> int:
     runs: dict[tuple, list[dict]] = {}
     spread = f", spread +-{100 * args.env_sleep_spread:g}% over the actors" if args.env_sleep_spread else ""
     kind = f"sleeping actors ({args.env_sleep_ms:g} ms per step{spread})" if args.env_sleep_ms > 0 else "synthetic actors"
-    print(f"learner capacity ({args.mode}): {kind} x 2 groups, at least {args.seconds:g}s and {args.rollouts} rollouts "
+    kind += " sharing one core each" if args.one_core else ""
+    print(f"learner capacity ({args.mode}): {kind}, at least {args.seconds:g}s and {args.rollouts} rollouts "
           f"per row after {args.skip}, {args.repeat} round(s); checkouts: "
           + ", ".join(f"{n}={p}" for n, p, _ in checkouts), flush=True)
     for _ in range(args.repeat):
-        for policy, size, k, envs in itertools.product(policies, sizes, ks, envs_list):
+        for policy, shape, k, envs in itertools.product(policies, shapes, ks, envs_list):
             for label, path, codec in checkouts:
-                row = run_row(path, size, policy, k, args, tmp, label.replace("/", "-"), codec, envs)
+                row = run_row(path, shape[0], policy, k, args, tmp, label.replace("/", "-"), codec, envs, shape[1])
                 row["checkout"] = label
-                runs.setdefault((policy, size, k, envs, label), []).append(row)
+                runs.setdefault((policy, shape, k, envs, label), []).append(row)
                 _print_row(label, row)
-    print("\n| policy | envs per message | collectors | envs | "
+    print("\n| policy | envs per message | groups | collectors | envs | "
           + " | ".join(f"{n} steps/s | {n} us/step" for n, _, _ in checkouts)
-          + (" | first / second steps/s |" if args.other or len(codecs) > 1 else " | vs K=1 |"))
-    print("|---|---:|---:|---:|" + "---:|---:|" * len(checkouts) + "---:|")
+          + (" | first / second steps/s |" if args.other or len(codecs) > 1 else " | vs K=1 |")
+          + (" first / env ceiling |" if args.env_sleep_ms > 0 else ""))
+    print("|---|---:|---:|---:|---:|" + "---:|---:|" * len(checkouts) + "---:|" + ("---:|" if args.env_sleep_ms > 0 else ""))
     table = []
-    for policy, size, k, envs in itertools.product(policies, sizes, ks, envs_list):
-        med = {label: _median(runs[(policy, size, k, envs, label)]) for label, _, _ in checkouts}
+    for policy, shape, k, envs in itertools.product(policies, shapes, ks, envs_list):
+        med = {label: _median(runs[(policy, shape, k, envs, label)]) for label, _, _ in checkouts}
         cells = " | ".join(f"{med[n]['sps']:,.0f} | {med[n]['learner_us_per_step']:.1f}" for n, _, _ in checkouts)
         first, second = checkouts[0][0], checkouts[1][0] if len(checkouts) > 1 else None
         if args.other or len(codecs) > 1:  # this / other, or the first codec's row over the second's
             ratio = med[first]["sps"] / med[second]["sps"]
         else:
-            ratio = med[first]["sps"] / _median(runs[(policy, size, ks[0], envs, first)])["sps"]
-        print(f"| {policy} | {size} | {k} | {med[checkouts[0][0]]['envs']} | {cells} | {ratio:.2f}x |")
+            ratio = med[first]["sps"] / _median(runs[(policy, shape, ks[0], envs, first)])["sps"]
+        ceiling = med[first]["env_ceiling_sps"]
+        print(f"| {policy} | {shape[0] or 'auto'} | {shape[1]} | {k} | {med[first]['envs']} | {cells} | {ratio:.2f}x |"
+              + (f" {med[first]['sps'] / ceiling:.2f}x |" if ceiling else ""))
         table.append(med)
     if args.out:
         Path(args.out).write_text(json.dumps({"rows": table, "runs": [r for v in runs.values() for r in v]}, indent=2))
     return 0
 
 
+def _shapes(parser_, args) -> list[tuple[int | None, int | str]]:
+    """(envs per message, groups) of each row: --envs-per-message x --groups, or --envs-per-actor split into each
+    of --groups (None envs per message: auto)."""
+    groups = [g if g == "auto" else int(g) for g in (x.strip() for x in args.groups.split(","))]
+    if "auto" in groups and not (args.env_sleep_ms > 0 and args.envs_per_actor):
+        parser_.error("--groups auto: for sleeping actors (--env-sleep-ms) with --envs-per-actor")
+    if any(g != "auto" and not 1 <= g <= 8 for g in groups):
+        parser_.error(f"--groups: each in [1, 8] or auto, got {args.groups}")
+    if not args.envs_per_actor:
+        return [(int(x), g) for x in args.envs_per_message.split(",") for g in groups]
+    if any(g != "auto" and args.envs_per_actor % g for g in groups):
+        parser_.error(f"--envs-per-actor {args.envs_per_actor} must be divisible by each of --groups {args.groups}")
+    return [(None if g == "auto" else args.envs_per_actor // g, g) for g in groups]
+
+
 def _print_row(label: str, row: dict) -> None:
     ceiling = row["env_ceiling_sps"]
     vs = f" ({row['sps'] / ceiling:.2f}x the env ceiling {ceiling:,.0f})" if ceiling else ""
-    print(f"  {label:<10} {row['policy']:<8} {row['envs']:>4} envs, {row['envs_per_message']:>3} envs/message, "
+    chose = f" (chosen: {row['chosen_groups']})" if row["chosen_groups"] else ""
+    print(f"  {label:<10} {row['policy']:<8} {row['envs']:>4} envs, {row['envs_per_message'] or 'auto':>3} envs/message "
+          f"in {row['groups']} groups{chose}, "
           f"K={row['collectors']}  {row['sps']:>9,.0f} steps/s{vs} over {row['rollouts']} rollouts  "
           f"{row['learner_us_per_step']:>6.1f} us learner CPU per env step  ({row['learner_cores']:.2f} cores; of it "
           f"the training process {row['training_process_us_per_step']:.1f} us; actors {row['actor_us_per_step']:.1f} us)",

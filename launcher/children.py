@@ -27,7 +27,7 @@ def learner_process(cfg_dict: dict, run_dir: str, resume: bool, rank_env: dict, 
     exit_process(run_learner(from_dict(cfg_dict), run_dir, resume=resume, parent_pid=parent_pid))  # it stops when we die
 
 
-def actor_process(address: str, endpoints: str, num_envs: int, groups: int, name: str, parent_pid: int, log_path: str,
+def actor_process(address: str, endpoints: str, num_envs: int, groups: int | str, name: str, parent_pid: int, log_path: str,
                   keys: tuple[str, str] | None = None, refusals=None) -> None:
     """`endpoints`: the learner rank's endpoints file, read at every (re)join: a learner restarted by this
     launcher binds anew, and our actors keep rejoining while we live (we stop them at the end)."""

@@ -58,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/breakout.toml", help="run config TOML (default: %(default)s)")
     p.add_argument("--actors", type=int, default=None, help="actor processes (default: cluster.actors; unset: from the cores, e.g. 2 on 2 cores)")
     p.add_argument("--envs-per-actor", type=int, default=None, help="envs per actor (default: cluster.envs_per_actor; unset: cluster.envs / actors)")
-    p.add_argument("--groups", type=int, default=None,
-                   help="env groups per actor; 2 double-buffers stepping and inference (default: cluster.groups, 1)")
+    p.add_argument("--groups", type=group_count, default=None,
+                   help="env groups per actor, stepped in turn while the others wait for actions (2: halves), or auto: "
+                        "from each actor's measured round trip (default: cluster.groups, 1)")
     p.add_argument("--total-steps", type=int, default=None, help="agent steps to train (default: run.total_steps)")
     p.add_argument("--device", choices=typing.get_args(Device), default=None, help="learner device (default: auto)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: run.seed, 1)")
@@ -110,10 +111,16 @@ def check_learners(cfg: Config) -> None:
                           "worker is already one rank: leave it at 1 and set --nproc-per-node instead")
 
 
-def check_groups(cfg: Config, groups: int) -> None:
-    """Refuse up front what every actor's handshake would be refused for: its envs split into groups."""
+def group_count(text: str) -> int | str:
+    """--groups: a number, or the text as it is (auto; cluster.groups's rule names anything else)."""
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def check_groups(cfg: Config, groups: int | str) -> None:
+    """Refuse up front what every actor's handshake would be refused for: its envs split into groups (auto
+    chooses among the counts that divide them)."""
     k = cfg.cluster.envs_per_actor
-    if cfg.cluster.actors and k % groups:
+    if groups != "auto" and cfg.cluster.actors and k % groups:
         raise ConfigError(f"--groups {groups} splits each actor's envs into {groups} equal groups: "
                           f"--envs-per-actor (cluster.envs_per_actor, {k}) must be divisible by {groups}")
 

@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int, max_restarts: int, stops: StopRequests,
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, groups: int | str, max_restarts: int, stops: StopRequests,
                  learner_restarts: LearnerRestarts):
         self.cfg, self.run_dir, self.resume, self.groups = cfg, run_dir, resume, groups
         self.stops, self.learner_restarts = stops, learner_restarts

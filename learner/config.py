@@ -15,11 +15,11 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError
 
 from learner.model import registry as encoders
 from protocol import compression
-from protocol.messages import FLOAT32_MAX, MAX_ENV_SLOTS
+from protocol.messages import FLOAT32_MAX, MAX_ENV_SLOTS, MAX_GROUPS
 from protocol.settings import POSITIONS, SCHEMA, EnvSettings, Rule, describe, task_name
 from protocol.transport import LOCAL
 
@@ -33,6 +33,8 @@ INT32 = 2**31 - 1
 Updates = Annotated[int, Field(ge=1, le=INT32)]
 EveryUpdates = Annotated[int, Field(ge=0, le=INT32)]  # 0: never
 Slots = Annotated[int, Field(ge=0, le=MAX_ENV_SLOTS)]  # env slots, 0: derived
+GroupCount = Annotated[int | str, BeforeValidator(Rule(f"in [1, {MAX_GROUPS}] or 'auto'", lambda v: v == "auto" or (
+    type(v) is int and 1 <= v <= MAX_GROUPS)))]  # before the union's own checks: one error line, not one per member
 Count = Annotated[int, Field(ge=1, le=100_000)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 Rate = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -87,8 +89,8 @@ class ClusterConfig(BaseModel):
     """environments each actor process hosts (0: cluster.envs / actors)"""
     envs: Annotated[int, Field(ge=1, le=MAX_ENV_SLOTS)] = 8
     """env slots in all when actors or envs_per_actor is left to choose (CleanRL's 8); explicit values win"""
-    groups: Annotated[int, Field(ge=1, le=2)] = 1
-    """env groups per actor launch.py starts (--groups): 2 steps one half while the other waits for actions"""
+    groups: GroupCount = 1
+    """env groups per actor launch.py starts (--groups), stepped in turn on the actor's core: while one waits for actions another steps (2: halves); 'auto': each actor times its first seconds as one group and rejoins with the fewest groups that keep its core 95% busy for the round trip it measured (actor/group_count.py)"""
     stack_on_learner: bool = True
     """Atari: actors send each env's newest frame only and the learner stacks env.frame_stack of them"""
     address: str = "local"
@@ -440,6 +442,8 @@ def _check_topology(cfg: Config) -> None:
     c = cfg.cluster
     _require(cfg.num_envs <= MAX_ENV_SLOTS, f"cluster.actors x cluster.envs_per_actor = {cfg.num_envs} env slots: "
              f"more than the learner's limit of {MAX_ENV_SLOTS}")
+    _require(c.groups != "auto" or not cfg.run.deterministic, "cluster.groups = 'auto' chooses from measured "
+             "timings and rejoins: deterministic runs need a number of groups (e.g. 1)")
     check_collectors(cfg)
     if c.learners > 1:
         check_multi_rank(cfg, f"cluster.learners = {c.learners}")

@@ -21,6 +21,7 @@ from protocol.usual_step import usual_step, within
 PROTOCOL_VERSION = 2
 MAX_ENV_SLOTS = 4096  # env slots one actor may host, and one learner serves (admission, registry, config)
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the default bound of a report's numbers: past it float32 is inf
+MAX_GROUPS = 8  # env groups one actor may step in turn (actor/group_count.py chooses up to this many)
 _NONE = (codec.EMPTY[codec.DTYPES["float64"]], codec.EMPTY[codec.DTYPES["int64"]])  # no episode ended, no env cut
 
 
@@ -33,7 +34,7 @@ class Handshake:
     obs_space: SpaceSpec | None = None
     action_space: SpaceSpec | None = None
     groups: int = 1
-    """env groups stepped alternately (double buffering); each group reports on its own"""
+    """env groups stepped in turn (while one waits for actions, another steps); each group reports on its own"""
     codecs: list[str] | None = None
     """the frame codecs this actor can send (protocol/compression.py); None (older actors): raw frames only"""
 
@@ -309,8 +310,8 @@ def _handshake(body, arrays, expect):
     num_envs, groups = _get(body, "num_envs", int), _get(body, "groups", int)
     if not 1 <= num_envs <= MAX_ENV_SLOTS:
         raise ProtocolError(f"handshake: num_envs must be in [1, {MAX_ENV_SLOTS}], got {num_envs}")
-    if groups not in (1, 2) or num_envs % groups:
-        raise ProtocolError(f"handshake: groups must be 1 or 2 and divide num_envs, got {groups}")
+    if not 1 <= groups <= MAX_GROUPS or num_envs % groups:
+        raise ProtocolError(f"handshake: groups must be in [1, {MAX_GROUPS}] and divide num_envs, got {groups}")
     spaces = {k: None if body.get(k) is None else SpaceSpec.from_dict(body[k]) for k in ("obs_space", "action_space")}
     return Handshake(num_envs=num_envs, name=printable(_get(body, "name", str), 100), groups=groups,
                      env_id=_get(body, "env_id", str, optional=True),

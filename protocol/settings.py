@@ -3,11 +3,12 @@ schema machinery it shares with the learner's config (learner/config.py): a pyda
 its fields, and one line naming the key, the value and the rule for a value that breaks one."""
 from __future__ import annotations
 
+import types
 import typing
 from dataclasses import dataclass
 from typing import Annotated, Callable, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 # unknown keys refused, no coercion (no "4" for 4, no true for 1; an int is still a float), floats finite,
@@ -18,7 +19,7 @@ SCHEMA = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attrib
 @dataclass(frozen=True)
 class Rule:
     """A field's rule that bounds and choices cannot say: `words` (after "must be") for the error line and the
-    docs, `ok` the test. Used as Annotated[T, AfterValidator(Rule(...))]."""
+    docs, `ok` the test. Used as Annotated[T, AfterValidator(Rule(...))] (BeforeValidator: ahead of T's own checks)."""
     words: str
     ok: Callable[[object], bool]
 
@@ -40,7 +41,7 @@ def rule(info: FieldInfo) -> str:
     """What a field accepts beyond its type, in words after "must be" ('' when anything of the type is fine):
     its Rule, its choices (Literal) or its bounds (Field(ge=, gt=, le=, lt=))."""
     for item in info.metadata:
-        if isinstance(item, AfterValidator) and isinstance(item.func, Rule):
+        if isinstance(item, (AfterValidator, BeforeValidator)) and isinstance(item.func, Rule):
             return item.func.words
     if typing.get_origin(info.annotation) is typing.Literal:
         return _or([str(choice) for choice in typing.get_args(info.annotation)])
@@ -56,10 +57,13 @@ def rule(info: FieldInfo) -> str:
 
 
 def type_name(info: FieldInfo) -> str:
-    """The field's type as a user writes it in TOML: int, float, bool or str (a Literal: the choices' type)."""
+    """The field's type as a user writes it in TOML: int, float, bool or str (a Literal: the choices' type; a
+    union: its members', e.g. 'int or str')."""
     kind = info.annotation
     if typing.get_origin(kind) is typing.Literal:
         kind = type(typing.get_args(kind)[0])
+    if isinstance(kind, types.UnionType):
+        return " or ".join(member.__name__ for member in typing.get_args(kind))
     return getattr(kind, "__name__", str(kind))
 
 

@@ -38,8 +38,10 @@ log = logging.getLogger("learner")
 
 
 class UpdateThread(Protocol):
-    """learner/update/runner.py's UpdateRunner: one update at a time, here or in its thread."""
+    """learner/update/runner.py's UpdateRunner: one update at a time, here or in its thread; `done_fd` readable
+    once its thread is done, until result()."""
     took_s: float
+    done_fd: int
 
     def start(self, batch: dict | None, progress: float) -> None: ...
     def running(self) -> bool: ...
@@ -90,6 +92,13 @@ class PolicyVersions:
             self.policy.follow(*self.trained)
             self.served_early = True
         return self.version + 1
+
+    def wake(self) -> int | None:
+        """While `newer` waits for the running update: a file descriptor readable once it is done, for a
+        collection that waits on files (its collector processes) to wake at once rather than poll; else None."""
+        if self.max_lag == 0 or self.pending == 0 or self.served_early:
+            return None
+        return self.runner.done_fd
 
     def started(self) -> None:
         if self.pending >= 1:

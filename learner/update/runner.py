@@ -7,6 +7,7 @@ served by a separate copy that the learner refreshes between rollouts.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Callable
@@ -38,6 +39,10 @@ class UpdateRunner:
         self._thread: threading.Thread | None = None
         self._stats: dict = {}
         self._error: BaseException | None = None
+        # readable from the moment a threaded update is done until result(): a wait on other files (a collector
+        # pool's on its processes) includes it and wakes at once, rather than polling running()
+        self.done_fd, self._done_w = os.pipe()
+        os.set_blocking(self.done_fd, False)
 
     def _run(self, batch: dict | None, progress: float) -> None:
         t0 = self.clock()
@@ -55,7 +60,8 @@ class UpdateRunner:
         stats."""
         if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
-            self._thread = threading.Thread(target=self._run, args=(batch, progress), name="ppo-update", daemon=True)
+            self._thread = threading.Thread(target=self._run_and_say, args=(batch, progress), name="ppo-update",
+                                            daemon=True)
             self._thread.start()
             return
         torch.set_num_threads(self.threads)
@@ -66,10 +72,16 @@ class UpdateRunner:
         """An update is running in its thread (policy lag): result() would wait for it."""
         return self._thread is not None and self._thread.is_alive()
 
+    def _run_and_say(self, batch: dict | None, progress: float) -> None:
+        self._run(batch, progress)
+        os.write(self._done_w, b"!")  # done_fd readable
+
     def result(self) -> dict:
         if self._thread is not None:
             self._join(self._thread)
             self._thread = None
+            while _read_some(self.done_fd):
+                pass
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -91,3 +103,10 @@ class UpdateRunner:
         if thread.is_alive():
             raise Stalled(f"the update did not finish within {deadline:g}s of the rollout; it is at:\n"
                           f"{thread_stack(thread)}")
+
+
+def _read_some(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 64))
+    except BlockingIOError:
+        return False

@@ -97,11 +97,35 @@ def test_envs_are_built_in_groups_and_kept_only_when_their_spaces_are_the_learne
     envs = ActorEnvs()
     envs.build(("same",), _welcome(settings, obs_space, action_space), groups=2)
     try:
-        assert [len(g.envs) for g in envs.groups] == [1, 1] and envs.reusable(("same",))
-        assert not envs.reusable(("other",))
+        assert [len(g.envs) for g in envs.groups] == [1, 1] and envs.reusable(("same",), 2)
+        assert not envs.reusable(("other",), 2) and not envs.reusable(("same",), 1)
     finally:
         envs.close()
     other = SpaceSpec.from_gym(gym.spaces.Box(-1, 1, (5,), np.float32))  # a learner that expects 5 numbers
     with pytest.raises(SpacesDiffer, match="different spaces"):
         envs.build(("other",), _welcome(settings, other, action_space), groups=2)
-    assert envs.groups == [] and not envs.reusable(("other",))
+    assert envs.groups == [] and not envs.reusable(("other",), 2)
+
+
+def test_regrouped_envs_go_on_with_their_games_in_the_new_groups():
+    """Groups "auto" rejoins with another count: the same envs, split anew, each keeping its observation and
+    its game (nothing reset), and the new groups step them as before."""
+    settings = EnvSettings(env_id="CartPole-v1")
+    env = make_env(settings, 0)
+    obs_space, action_space = describe_spaces(env)
+    env.close()
+    envs = ActorEnvs()
+    welcome = m.Welcome(actor_id=1, slots=[0, 1, 2, 3], seeds=[5, 6, 7, 8], env=settings.to_dict(),
+                        obs_space=obs_space, action_space=action_space)
+    envs.build(("same",), welcome, groups=1)
+    try:
+        before = envs.groups[0].step(0, np.ones(4, np.int64)).obs.copy()
+        playing = list(envs.groups[0].envs)
+        envs.regroup(4)
+        assert [g.envs for g in envs.groups] == [[e] for e in playing] and envs.reusable(("same",), 4)
+        assert np.array_equal(np.concatenate([g.obs for g in envs.groups]), before)
+        assert all(np.allclose(e.unwrapped.state, o) for e, o in zip(playing, before))  # no env was reset
+        after = [g.step(i, np.ones(1, np.int64)) for i, g in enumerate(envs.groups)]
+        assert all(r.obs.shape == (1, 4) and not r.first for r in after)
+    finally:
+        envs.close()

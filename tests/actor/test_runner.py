@@ -44,7 +44,7 @@ def test_an_actor_whose_env_has_other_spaces_tells_the_learner_and_is_refused():
                             obs_space=SpaceSpec.from_gym(gym.spaces.Box(-1, 1, (5,), np.float32)),
                             action_space=SpaceSpec.from_gym(gym.spaces.Discrete(2)))
         with pytest.raises(Refused, match="different spaces"):
-            _prepare(actor, ActorEnvs(), welcome, ActorOptions(learner="inproc://spaces"))
+            _prepare(actor, ActorEnvs(), welcome, ActorOptions(learner="inproc://spaces"), groups=1)
         assert learner.poll(5000), "the learner was told nothing"
         told = m.decode(learner.recv_multipart()[1:])
         assert isinstance(told, m.Error) and "spaces differ" in told.reason
@@ -57,7 +57,7 @@ def test_an_actor_whose_env_has_other_spaces_tells_the_learner_and_is_refused():
 def test_a_message_the_table_does_not_give_an_actor_now_is_logged_by_name_counted_and_dropped(caplog):
     """Not silently: the first of each type and state in full; never acted on (a Welcome while serving would
     otherwise be lost without a word, as before the table)."""
-    session = Session(None, ActorEnvs(), ActorOptions(learner="inproc://none", name="a"))
+    session = Session(None, ActorEnvs(), ActorOptions(learner="inproc://none", name="a"), groups=1)
     welcome = m.Welcome(0, [0], [1], {}, SpaceSpec(kind="box", shape=(3,)), SpaceSpec(kind="discrete", n=2))
     with caplog.at_level("WARNING", logger="actor"):
         for msg, state in [(welcome, m.SERVING), (welcome, m.SERVING), (m.Goodbye("x"), m.JOINING),
@@ -73,7 +73,7 @@ def test_a_message_the_table_does_not_give_an_actor_now_is_logged_by_name_counte
 
 
 def test_the_learners_answers_end_the_wait_as_the_table_routes_them():
-    session = Session(None, ActorEnvs(), ActorOptions(learner="inproc://none"))
+    session = Session(None, ActorEnvs(), ActorOptions(learner="inproc://none"), groups=1)
     assert session.dispatch(m.Goodbye("the end"), m.SERVING) == "the end"
     with pytest.raises(Busy):  # before a welcome, "rejoin" is "full for now"
         session.dispatch(m.Error("full", rejoin=True), m.JOINING)

@@ -74,7 +74,9 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     (["--actors", "2", "--envs-per-actor", "4000"], "more than the learner's limit of 4096"),
     (["--envs-per-actor", "5000"], "cluster.envs_per_actor must be in [0, 4096], got 5000"),
     (["--set", "cluster.min_envs=5000"], "cluster.min_envs must be in [0, 4096]"),
-    (["--groups", "3"], "cluster.groups must be 1 or 2, got 3"),
+    (["--groups", "9"], "cluster.groups must be in [1, 8] or 'auto', got 9"),
+    (["--groups", "some"], "cluster.groups must be in [1, 8] or 'auto', got 'some'"),
+    (["--groups", "auto", "--deterministic"], "cluster.groups = 'auto' chooses from measured timings"),
 ])
 def test_bad_config_exits_2_naming_it(tmp_path, args, needle):
     run_dir = tmp_path / "bad"
@@ -202,7 +204,7 @@ def test_a_refused_actor_is_not_restarted_and_its_reason_is_logged_once(tmp_path
     assert (run_dir / "actors.log").read_text().count("refused: handshake refused") == 2
     refusals = [line for line in out.splitlines() if "was refused" in line]
     assert len(refusals) == 2, out[-3000:]
-    assert all("groups must be 1 or 2 and divide num_envs" in line and "not restarting" in line for line in refusals)
+    assert all("groups must be in [1, 8] and divide num_envs" in line and "not restarting" in line for line in refusals)
     assert "restarting actor" not in out
     assert proc.returncode == 0, out[-3000:]
     assert_no_stragglers(run_dir)

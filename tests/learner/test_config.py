@@ -1,4 +1,6 @@
 """The actor topology launch.py chooses when the config leaves it open, and explicit values winning."""
+import re
+
 import pytest
 
 from pathlib import Path
@@ -64,9 +66,11 @@ def test_the_fast_recipes_say_what_they_are():
     assert breakout.ppo.gamma == 0.999 and not breakout.env.clip_rewards
 
 
-def test_cluster_groups_is_validated():
-    with pytest.raises(ConfigError, match="cluster.groups must be 1 or 2, got 3"):
-        from_dict({"cluster": {"groups": 3}})
+@pytest.mark.parametrize("groups", [0, 9, "some", 2.0, True])
+def test_cluster_groups_is_validated(groups):
+    with pytest.raises(ConfigError, match=re.escape(f"cluster.groups must be in [1, 8] or 'auto', got {groups!r}")):
+        from_dict({"cluster": {"groups": groups}})
+    assert [from_dict({"cluster": {"groups": g}}).cluster.groups for g in (1, 8, "auto")] == [1, 8, "auto"]
 
 
 def test_cluster_collectors_is_validated_and_refused_where_it_would_not_be_exact():

@@ -176,7 +176,7 @@ def check_invariants(msg, expect: m.Expect | None) -> None:
     assert type(msg) in m.NAMES, type(msg)
     if isinstance(msg, m.Handshake):
         assert isinstance(msg.num_envs, int) and 1 <= msg.num_envs <= 4096
-        assert msg.groups in (1, 2) and msg.num_envs % msg.groups == 0
+        assert 1 <= msg.groups <= m.MAX_GROUPS and msg.num_envs % msg.groups == 0
         assert isinstance(msg.name, str) and (msg.env_id is None or isinstance(msg.env_id, str))
         for space in (msg.obs_space, msg.action_space):
             assert space is None or isinstance(space, SpaceSpec), repr(space)

@@ -285,7 +285,11 @@ class CollectorPool(Collection):
             self._check_alive([k for k in range(len(self.conns)) if k not in answers])
             self._pet()  # only on the awaited collectors' signs of life: never while one of them is stopped
             self._serve_newer()
-            for conn in wait([c for k, c in enumerate(self.conns) if k not in answers], self._patience()):
+            wake = self.versions.wake() if self.lag and self.versions is not None else None
+            awaited = [c for k, c in enumerate(self.conns) if k not in answers]
+            for conn in wait(awaited + ([wake] if wake is not None else []), 1.0):
+                if isinstance(conn, int):
+                    continue  # the update running meanwhile is done: its weights are published above, next pass
                 k = self.conns.index(conn)
                 message = self._receive(k)
                 if self.lag and isinstance(message, Width):
@@ -295,12 +299,6 @@ class CollectorPool(Collection):
                     raise CollectorLost(describe_failure(message, f"collector {k}"))
                 answers[k] = message
         return [answers[k] for k in range(len(self.conns))]
-
-    def _patience(self) -> float:
-        """How long to wait for the collectors' next word: briefly while the weights of an update running
-        meanwhile may become due (policy lag), else a second (their messages wake the wait anyway)."""
-        due = self.lag and self.versions is not None and self.versions.pending and not self.versions.served_early
-        return 0.005 if due else 1.0
 
     def strike(self, slots: list[int], reason: str) -> None:
         """Each collector strikes the holders of its own slots (merged_slot numbers them by collector)."""

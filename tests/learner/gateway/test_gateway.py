@@ -112,7 +112,7 @@ def test_unknown_peers_get_at_most_one_reply_per_valid_report_and_none_for_garba
 
 
 @pytest.mark.parametrize("handshake,reason", [
-    (m.Handshake(1, "odd", groups=2), "groups must be 1 or 2 and divide num_envs"),
+    (m.Handshake(1, "odd", groups=2), "groups must be in [1, 8] and divide num_envs"),
     (m.Handshake(5000, "huge"), "num_envs must be in [1, 4096]"),
     (m.Handshake(2, "wrong-game", env_id="CartPole-v1"), "does not match the learner's"),
 ])

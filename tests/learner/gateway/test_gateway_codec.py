@@ -116,6 +116,6 @@ def test_an_actor_refuses_a_codec_it_did_not_offer():
         learner.send_multipart([identity, *m.encode(welcome)])
         with pytest.raises(Refused, match="did not offer"):
             opts = ActorOptions("inproc://codec-refusal", num_envs=2, wire=runner.Wire(codecs=[]))
-            _await_welcome(actor, Session(actor, ActorEnvs(), opts))
+            _await_welcome(actor, Session(actor, ActorEnvs(), opts, groups=1))
     finally:
         ctx.destroy(linger=0)

@@ -33,6 +33,7 @@ class Runner:
     def __init__(self, max_lag: int, duration=lambda: 3):
         self.max_lag, self.duration, self.took_s = max_lag, duration, 0.0
         self.left, self.batch, self.seen, self.joined = 0, None, None, []
+        self.done_fd = 99  # (a pipe in UpdateRunner)
 
     def start(self, batch, progress):
         self.batch, self.seen = batch, None if batch is None else batch["set"].copy()
@@ -148,3 +149,20 @@ def test_one_update_at_a_time_and_a_lag_of_0_or_1():
     with pytest.raises(ValueError, match="0 or 1"):
         PolicyVersions(runner, Policy(), ("model", None), max_lag=2)
     assert buffer_sets(0) == 1 and buffer_sets(1) == 2
+
+
+def test_wake_names_the_updates_done_fd_only_while_newer_waits_for_it():
+    """A collector pool waits on its processes and on `wake()`: set only while an update runs whose weights
+    have not served yet (policy lag), so the wait wakes when they may; never without lag."""
+    runner = Runner(max_lag=1, duration=lambda: 2)
+    versions = PolicyVersions(runner, Policy(), (None, None), max_lag=1)
+    assert versions.wake() is None  # no update yet
+    versions.started()
+    runner.start(None, 0.0)
+    assert versions.wake() == 99 and versions.newer(0) is None
+    runner.tick(), runner.tick()
+    assert versions.newer(0) == 1 and versions.wake() is None  # served: nothing more to wait for
+    versions.finish()
+    synchronous = PolicyVersions(Runner(max_lag=0), Policy(), (None, None), max_lag=0)
+    synchronous.started()
+    assert synchronous.wake() is None

@@ -172,3 +172,23 @@ def test_the_update_heap_is_tuned_for_a_cpu_update_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     glibc = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
     assert out.stdout.strip() == str(glibc)
+
+
+def test_a_threaded_updates_done_fd_is_readable_once_it_is_done_until_its_result_is_read():
+    """A collector pool waits on its processes' pipes and on done_fd: it wakes the moment the update is done
+    (its weights may then serve the rest of the rollout) instead of polling running()."""
+    import select
+    updater = BlockingUpdater()
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=30, deadline_s=30)
+    runner.start({}, 0)
+    assert select.select([runner.done_fd], [], [], 0.05)[0] == []  # running
+    updater.release.set()
+    assert select.select([runner.done_fd], [], [], 30)[0] == [runner.done_fd]
+    assert runner.result() == {"loss": 1.5}
+    assert select.select([runner.done_fd], [], [], 0)[0] == []  # read: quiet until the next update is done
+    updater.release.clear()
+    runner.start({}, 1)
+    assert select.select([runner.done_fd], [], [], 0.05)[0] == []
+    updater.release.set()
+    assert select.select([runner.done_fd], [], [], 30)[0] == [runner.done_fd]
+    runner.result()
