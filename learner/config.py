@@ -205,7 +205,7 @@ class ModelConfig(BaseModel):
     activation: Literal["relu", "elu"] = Field("relu", description=f"{encoders.pixel_kinds()}: the trunk's nonlinearity, "
                                                "relu (CleanRL's Nature CNN) | elu (rl_games' Atari networks)")
     normalize_input: bool = Field(False, description=f"{encoders.pixel_kinds()}: standardize each pixel of the scaled frames by its running mean/std (clipped to +-5) inside the network, the statistics folded in from each update's batch after its epochs (rl_games' normalize_input)")
-    core: Literal["none", "lstm", "gru"] = Field("none", description=f"none (feed-forward) | lstm | gru: a recurrent core between the encoder and the heads ({encoders.pixel_kinds()}: on the encoder's features, the heads on its outputs; mlp: on the observation, the policy and value MLPs on its outputs). Its state is kept per env slot where inference runs, zeroed at each episode's start and when a slot changes hands; it is not checkpointed (a resumed run starts from zero state). Not with run.policy_lag, cluster.collectors > 1 or cluster.learners > 1 (yet); see ppo.bptt")
+    core: Literal["none", "lstm", "gru"] = Field("none", description=f"none (feed-forward) | lstm | gru: a recurrent core between the encoder and the heads ({encoders.pixel_kinds()}: on the encoder's features, the heads on its outputs; mlp: on the observation, the policy and value MLPs on its outputs). Its state is kept per env slot where inference runs, zeroed at each episode's start and when a slot changes hands; it is not checkpointed (a resumed run starts from zero state). Each collector process and each learner rank keeps the state of its own env slots; with run.policy_lag the state is kept when newer weights start to serve mid-episode, and the update replays each sequence from the state the acting weights had; see ppo.bptt")
     core_size: Annotated[int, Field(ge=0, le=65_536)] = 0
     """model.core lstm / gru: the core's width (an LSTM keeps 2 x this many floats of state per env slot, a GRU this many); 0: 256 on images, 64 on vectors"""
 
@@ -401,8 +401,6 @@ def check_multi_rank(cfg: Config, why: str) -> None:
     """What a G-rank learner does not support yet: say so before anything starts."""
     _require(not (cfg.normalize.obs or cfg.normalize.reward),
              f"normalize.obs / normalize.reward keep per-learner statistics and are not supported with {why}")
-    _require(cfg.model.core == "none", f"model.core = {cfg.model.core!r} is not supported with {why} yet: "
-             "set model.core = \"none\"")
 
 
 def check_collectors(cfg: Config) -> None:
@@ -499,18 +497,10 @@ def _check_rollout(cfg: Config) -> None:
 
 
 def _check_core(cfg: Config) -> None:
-    """A recurrent core: its sequences fit the rollout, and none of what does not carry its state yet."""
+    """A recurrent core: its sequences fit the rollout."""
     p, core = cfg.ppo, cfg.model.core
     if core == "none":
         return
-    c = cfg.cluster
-    lacking = [f"{key} = {value}" for key, value, bad in (
-        ("run.policy_lag", cfg.run.policy_lag, cfg.run.policy_lag > 0),
-        ("cluster.collectors", c.collectors, c.collectors > 1),
-        ("cluster.learners", c.learners, c.learners > 1)) if bad]
-    _require(not lacking, f"model.core = {core!r} is not supported with {', '.join(lacking)} yet: the recurrent "
-             "state is kept in one collector of one learner, without lag (set model.core = \"none\", or those "
-             "keys to 0 / 1 / 1)")
     _require(p.bptt == 0 or p.num_steps % p.bptt == 0,
              f"ppo.bptt must divide ppo.num_steps (each env slot's rollout is cut into sequences of bptt steps), "
              f"got bptt {p.bptt} and num_steps {p.num_steps}")

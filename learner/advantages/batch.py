@@ -13,7 +13,8 @@ The scale of each quantity, with normalize.value (the critic learns standardized
 - rewards: the env's, or scaled by normalize.reward: GAE and the returns are in these units.
 - logprobs: the behaviour policy's (the version that acted), so the PPO ratio is exact under policy lag.
 - with a recurrent core (model.core) the batch also keeps the rollout as sequences (Sequences): every step, its
-  episode-start flag and each sequence's first state, so that the update replays what the acting policy saw.
+  episode-start flag and the weights version that acted, and each sequence's first state (the acting policy's,
+  whichever version it was), so that the update replays what the acting policy saw.
 - with policy lag and ppo.lag_fresh_advantages, the batch also keeps its GAE inputs (GaeInputs), so that the
   update runs GAE again with the critic it starts from (GaeInputs.rerun): the acting critic's values are one version
   older, and in a game whose returns are mostly bootstrapped that delay halves how fast values propagate
@@ -63,6 +64,7 @@ class GaeInputs:
     # of next_values their values go to
     extras: tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]
     discount: tuple[float, float]   # gamma, GAE's lambda
+    extra_states: torch.Tensor | None = None  # a recurrent core's: the states the extras are valued from
 
     def rerun(self, sample_values: torch.Tensor, extra_values: torch.Tensor | None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -93,9 +95,23 @@ class Sequences:
     sample: torch.Tensor            # (T * width,) long: the step's row among the batch's samples (-1: none)
     length: int
     width: int
+    versions: torch.Tensor | None = None  # (T * width,) int: the weights version that acted at the step
 
     def count(self) -> int:
         return self.states.shape[0] * self.width
+
+    def acted_by(self, version: int) -> torch.Tensor:
+        """Which of the batch's samples (in their order) the weights of `version` acted, together with every
+        step of their sequence since it or their episode began: those the weights of `version` give back
+        exactly, replaying from the stored state. With policy lag the steps acted before newer weights served
+        are not, nor the steps after the switch whose state came through them (the ratio corrects both)."""
+        steps = self.valid.numel() // self.width
+        other = (self.versions != version).view(steps, self.width).long()
+        t = torch.arange(steps, device=other.device).unsqueeze(1)
+        begins = self.starts.view(steps, self.width) | (t % self.length == 0)
+        seen = other.cumsum(0)  # steps of other versions so far, this one included
+        begin = torch.where(begins, t, torch.zeros_like(t)).cummax(0).values  # where each step's chain began
+        return (seen == (seen - other).gather(0, begin)).flatten()[self.valid]
 
     def part(self, seqs: torch.Tensor) -> "SequencePart":
         """Sequences `seqs` for evaluate: their steps time-major (step j of the b-th at j * B + b)."""
@@ -170,16 +186,17 @@ def _sequences(d: dict[str, torch.Tensor], buf: RolloutBuffer, valid: torch.Tens
     sample[flat] = torch.arange(int(flat.sum()), device=flat.device)
     obs = all_obs if all_obs is not None else _observations(d, buf.layout.stack, None)
     return Sequences(obs, d["actions"].flatten(0, 1), d["starts"].flatten(), d["states"], flat, sample,
-                     buf.layout.sequence(buf.T), buf.N)
+                     buf.layout.sequence(buf.T), buf.N, d["versions"].flatten())
 
 
 def _gae_inputs(d: dict[str, torch.Tensor], valid: torch.Tensor, extra: dict, prepare, buf: RolloutBuffer,
                 discount: tuple[float, float]) -> GaeInputs:
     rows, cols = extra["extra_at"]
-    to_device = buf.link.to_device
+    to_device, states = buf.link.to_device, extra["extra_states"]
     return GaeInputs(d["rewards"], d["terminated"], d["terminated"] | d["truncated"], valid, d["values"],
                      d["next_values"][-1], (None if extra["extra_obs"] is None else prepare(extra["extra_obs"]),
-                                            (to_device(rows), to_device(cols))), discount)
+                                            (to_device(rows), to_device(cols))), discount,
+                     None if states is None else to_device(states))
 
 
 def _observations(d: dict[str, torch.Tensor], stack: int, valid: torch.Tensor | None) -> torch.Tensor | StackedObs:

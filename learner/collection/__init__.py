@@ -46,7 +46,7 @@ def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setu
     scheduler's PolicyVersions, learner/rollout/scheduler.py): with policy lag, when newer weights serve."""
     cfg = run.cfg
     k = default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
-                           cfg.run.deterministic, cfg.normalize.obs, cfg.model.core != "none")
+                           cfg.run.deterministic, cfg.normalize.obs)
     if k == 1:
         return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets, versions)
     return start_collector_processes(k, run, spaces, layout, gateway_setup, link, watchdog, rank_targets, served,

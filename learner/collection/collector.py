@@ -339,7 +339,7 @@ class Collector:
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
                                     result.logprobs[start:end], result.values[start:end], w.restart,
-                                    result.states[start:end] if rows else None)
+                                    result.states[start:end] if rows else None, self.version)
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
         self.counters.served(batch, since)

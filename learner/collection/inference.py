@@ -7,7 +7,8 @@ With a recurrent core (model.core) it also keeps each env slot's state, a row of
 slot: a batch gathers its rows, zeroes those whose episode starts with this observation (a join, a slot handed
 to another actor, a reset after a termination or truncation), steps them and scatters them back, in one
 indexing op each way. A retired slot's row is zeroed (forget). The state is not checkpointed: a resumed run
-starts every slot from zeros, as at any episode's start.
+starts every slot from zeros, as at any episode's start. Newer weights that start to serve (follow, policy lag)
+keep the table: each episode goes on from the state the older weights left (as Sample Factory and IMPALA do).
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ class Inference:
     def follow(self, model: torch.nn.Module, value_norm: ValueNormalizer | None = None) -> None:
         """Serve `model`'s current weights and `value_norm`'s statistics (policy lag: the served copies catch
         up after each update, both at once, so that the critic's outputs are always de-normalized with the
-        statistics its weights were trained against)."""
+        statistics its weights were trained against). A recurrent core's states are kept."""
         self.model.load_state_dict(model.state_dict())
         if self.value_norm is not None:
             self.value_norm.load_state_dict(value_norm.state_dict())

@@ -3,10 +3,10 @@ the machine's memory, so that nothing one local client claims can grow the learn
 
 The learner's memory per env slot is its rollout columns: (num_steps + 1) observations and a few scalars per
 step, held ROLLOUT_COPIES times (the rollout being filled, the previous one kept for reuse or trained on, and
-the update's batch); with a recurrent core (model.core) also its state: a start flag per step and the state at
-each sequence's start in each of those copies, and the slot's row of the inference's state table. Each actor
-admitted also holds a receive queue in the learner, up to `queue_bytes` (receive.py: zmq's limits on its
-messages, derived from the run's own), counted in the budget too (issue 60). A handshake whose claim would
+the update's batch); with a recurrent core (model.core) also its state: a start flag and a weights version per
+step and the state at each sequence's start in each of those copies, and the slot's row of the inference's state
+table. Each actor admitted also holds a receive queue in the learner, up to `queue_bytes` (receive.py: zmq's
+limits on its messages, derived from the run's own), counted in the budget too (issue 60). A handshake whose claim would
 pass a limit is refused: over the per-actor limit for good (retrying would not help), over the total for now
 (the actor retries; slots free up as peers leave).
 """
@@ -50,12 +50,12 @@ def slot_bytes(obs_shape: tuple, obs_dtype: str, num_steps: int) -> int:
 
 
 def state_bytes(state_size: int, num_steps: int, sequence: int) -> int:
-    """A recurrent core's memory for one env slot (0 without one): in each rollout copy a start flag per step
-    and a float32 state per sequence (num_steps / sequence of them), plus the slot's row of the inference's state
-    table and its bootstrap state."""
+    """A recurrent core's memory for one env slot (0 without one): in each rollout copy a start flag and an int32
+    weights version per step and a float32 state per sequence (num_steps / sequence of them), plus the slot's
+    row of the inference's state table and its bootstrap state."""
     if not state_size:
         return 0
-    return ROLLOUT_COPIES * (num_steps + num_steps // sequence * state_size * 4) + 2 * state_size * 4
+    return ROLLOUT_COPIES * (num_steps * 5 + num_steps // sequence * state_size * 4) + 2 * state_size * 4
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ out, and its last completed step is cut as a truncation bootstrapped from the va
 that followed it.
 
 With a recurrent core (layout.state_size) each step also keeps whether its episode starts there (the state was
-zeroed before it), each sequence's first step (every layout.bptt steps) the state it entered with, and each
-bootstrap or final observation the state its value is to be computed from.
+zeroed before it) and the weights version that acted, each sequence's first step (every layout.bptt steps) the
+state it entered with, and each bootstrap or final observation the state its value is to be computed from.
 """
 from __future__ import annotations
 
@@ -82,11 +82,12 @@ class RolloutBuffer:
         5-10 us."""
         self._host[name][t, self._index(cols)] = src
 
-    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, states=None) -> None:
+    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, states=None,
+                       version: int = 0) -> None:
         """Store one inference result for columns that are all at the same step. `restart` says which envs start
         over: with stacked observations (layout.stack > 1) their stacks (learner/rollout/frames.py), with a
         recurrent core their episodes, whose state was zeroed; `states`: the state each entered this step with
-        (kept at each sequence's first step)."""
+        (kept at each sequence's first step); `version`: of the weights that acted (kept with a recurrent core)."""
         t = self.acted[cols[0]]
         if self.layout.stack > 1:
             write_stacks(self._host["frames"], self._host["restarts"], t, self._index(cols), obs, restart)
@@ -96,6 +97,7 @@ class RolloutBuffer:
             self._put(name, t, cols, src)
         if self.layout.state_size:
             self._put("starts", t, cols, restart)
+            self._put("versions", t, cols, version)
             length = self.layout.sequence(self.T)
             if t % length == 0:
                 self._put("states", t // length, cols, states)
@@ -126,7 +128,8 @@ class RolloutBuffer:
         """Fill next_values with value_fn (a batched V: every bootstrap and final observation in one batch;
         with a recurrent core, value_fn(obs, states)) and cut dead columns; returns dones and valid (host
         tensors), and those observations with where their values went: extra_obs (stacked, None when there are
-        none) and extra_at (rows, cols of next_values)."""
+        none), extra_states (a recurrent core's states for them, else None) and extra_at (rows, cols of
+        next_values)."""
         self.next_values[:-1] = self.values[1:]
         extra_obs, targets, states = [], [], []
         for col, obs in sorted(self.bootstrap_obs.items()):  # sorted: arrival order must not matter
@@ -139,13 +142,15 @@ class RolloutBuffer:
             states.append(self.final_states.get((t, col)))
         rows, cols = zip(*targets) if targets else ((), ())
         stacked = np.stack(extra_obs) if extra_obs else None
+        extra_states = np.stack(states) if stacked is not None and self.layout.state_size else None
         if stacked is not None:
-            vals = value_fn(stacked, np.stack(states)) if self.layout.state_size else value_fn(stacked)
+            vals = value_fn(stacked, extra_states) if self.layout.state_size else value_fn(stacked)
             self.next_values[list(rows), list(cols)] = torch.as_tensor(vals, dtype=torch.float32).reshape(-1)
         for col in range(self.N):
             if self.dead[col] and col not in self.bootstrap_obs:
                 self._cut(col)
         return {"dones": self.terminated | self.truncated, "valid": self.valid_mask(), "extra_obs": stacked,
+                "extra_states": extra_states,
                 "extra_at": (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))}
 
     def to_device(self) -> dict[str, torch.Tensor]:

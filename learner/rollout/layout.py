@@ -1,7 +1,8 @@
 """What one step of a rollout holds, per env slot: the observation's and the action's shape and dtype,
 whether the observation is a stack of frames kept one frame per step (learner/rollout/frames.py), and with a
-recurrent core (model.core) its state: where each step's episode starts, and the state at each sequence's
-first step (every `bptt` steps)."""
+recurrent core (model.core) its state: where each step's episode starts, the state at each sequence's first
+step (every `bptt` steps), and the weights version that acted (policy lag: which steps the update's first
+replay reproduces exactly, learner/advantages/batch.py's Sequences.acted_by)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ class Layout:
         obs = ({"frames": ((T + self.stack - 1, N, *self.obs_shape[1:]), self.obs_dtype), "restarts": ((T, N), torch.bool)}
                if self.stack > 1 else {"obs": ((T, N, *self.obs_shape), self.obs_dtype)})
         recurrent = ({"starts": ((T, N), torch.bool),  # the state was zeroed before this step
-                      "states": ((T // self.sequence(T), N, self.state_size), torch.float32)}  # at sequence starts
+                      "states": ((T // self.sequence(T), N, self.state_size), torch.float32),  # at sequence starts
+                      "versions": ((T, N), torch.int32)}  # of the weights that acted
                      if self.state_size else {})
         return {**obs, "actions": ((T, N, *self.action_shape), self.action_dtype), "logprobs": ((T, N), torch.float32),
                 "values": ((T, N), torch.float32), "rewards": ((T, N), torch.float32),

@@ -43,7 +43,7 @@ class UpdateThread(Protocol):
     took_s: float
     done_fd: int
 
-    def start(self, batch: dict | None, progress: float) -> None: ...
+    def start(self, batch: dict | None, progress: float, version: int | None = None) -> None: ...
     def running(self) -> bool: ...
     def result(self) -> dict: ...
     def deadline(self) -> float: ...
@@ -136,10 +136,11 @@ class RolloutScheduler:
 
     def start(self, batch: dict | None, job: Any) -> None:
         """Start `job`'s update on `batch` (None: nothing to learn): on this thread without lag, else in the
-        update's thread. The update before it must be finished (`finished(running=0)`)."""
+        update's thread, from the newest weights (`version`: with a recurrent core the samples they acted are
+        those its exact replay covers). The update before it must be finished (`finished(running=0)`)."""
         self.versions.started()
         self.jobs.append(job)
-        self.runner.start(batch, job.progress)
+        self.runner.start(batch, job.progress, self.version)
 
     def deadline(self) -> float:
         """Seconds an update may take before it is taken for hung (for the watchdog)."""

@@ -163,21 +163,38 @@ def chunks(batch: dict[str, torch.Tensor], parts: int):
 
 
 @torch.no_grad()
-def replay_differences(model: nn.Module, batch: dict[str, torch.Tensor], parts: int, autocast,
-                       value_norm: ValueNormalizer | None) -> dict[str, torch.Tensor]:
-    """Exact replay (a recurrent core), before the update's first step: every sample's log-prob and value
-    recomputed by replaying its sequence from the stored state with the stored resets (`parts` chunks, each
-    under `autocast()`); the largest absolute differences from the acting policy's (values in return units, as
-    stored: de-normalized with the statistics the acting critic used, not yet updated with this batch)."""
-    worst = torch.zeros(2, dtype=torch.float64, device=batch["logprobs"].device)
+def outputs_of(model: nn.Module, batch: dict[str, torch.Tensor], parts: int, autocast
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every sample's log-prob and value (the critic's own units) under `model` as it is, in `parts`
+    minibatch-sized chunks, each under `autocast()`; a recurrent core's by replaying each sequence from its
+    stored state with its stored resets."""
+    n = batch["logprobs"].shape[0]
+    logprobs, values = (torch.empty(n, device=batch["logprobs"].device) for _ in range(2))
     for idx in chunks(batch, parts):
         with autocast():
             logprob, _, value, rows = evaluate(model, batch, idx)
-        if rows.numel():
-            diffs = torch.stack([(logprob.float() - batch["logprobs"][rows]).abs().max(),
-                                 (_raw(value_norm, value.float()) - batch["values"][rows]).abs().max()])
-            worst = torch.maximum(worst, diffs.double())
-    return {"replay_logprob_max_diff": worst[0], "replay_value_max_diff": worst[1]}
+        logprobs[rows], values[rows] = logprob.float(), value.float()
+    return logprobs, values
+
+
+def replay_differences(outputs: tuple[torch.Tensor, torch.Tensor], batch: dict[str, torch.Tensor],
+                       value_norm: ValueNormalizer | None, version: int | None, ranks: Ranks) -> dict[str, torch.Tensor]:
+    """Exact replay (a recurrent core), before the update's first step, the job's: the largest absolute
+    differences on any rank between the log-probs and values of `outputs` (outputs_of; None: a rank without
+    samples) and the acting policy's, over the samples the weights of `version` acted (Sequences.acted_by;
+    None: all, as without policy lag), and how many those are on every rank (replay_samples). Values in return
+    units, as stored: de-normalized with the statistics the acting critic used, not yet updated with this batch."""
+    found = torch.zeros(3, dtype=torch.float64, device=batch["logprobs"].device)
+    if outputs is not None:
+        pairs = [(outputs[0], batch["logprobs"]), (_raw(value_norm, outputs[1]), batch["values"])]
+        if version is not None:
+            exact = batch["sequences"].acted_by(version)
+            pairs = [(ours[exact], stored[exact]) for ours, stored in pairs]
+        if pairs[0][0].numel():
+            found = torch.stack([*((ours - stored).abs().max() for ours, stored in pairs),
+                                 found.new_tensor(float(pairs[0][0].numel()))]).double()
+    worst, samples = ranks.max_tensor(found[:2]), ranks.sum_tensor(found[2:])
+    return {"replay_logprob_max_diff": worst[0], "replay_value_max_diff": worst[1], "replay_samples": samples[0]}
 
 
 def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
@@ -291,35 +308,32 @@ class PPOUpdater:
         return {**batch, "values": vn.normalize(batch["values"]), "returns": vn.normalize(batch["returns"])}
 
     @torch.no_grad()
-    def _start_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Policy lag: the batch with what the policy this update starts from gives its samples (one pass, in
-        the update's precision, minibatch-sized chunks).
+    def _start_outputs(self, batch: dict[str, torch.Tensor], logprobs: torch.Tensor, values: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+        """Policy lag: the batch with what the policy this update starts from gives its samples (`logprobs`,
+        `values`: outputs_of, in the update's precision; a recurrent core's replayed from the acting policy's
+        stored states).
         - start_logprobs: the KL of the update's own steps is measured against them (see ppo_loss).
         - values (with value clipping): the clip's anchor is the critic this update starts from, as without
           lag (the batch's values are the lagged critic's, one update older: anchored there the critic could
           move only one clip range per two updates). In return units, like the batch's values: the outputs
           de-normalized with the statistics they were trained against (this batch's returns not yet folded in).
-        - with the batch's GaeInputs (ppo.lag_fresh_advantages): values, advantages and returns from its rerun."""
-        obs, actions = batch["obs"], batch["actions"]
-        logprobs, values = [], []
-        for idx in torch.arange(obs.shape[0], device=obs.device).tensor_split(self.cfg.num_minibatches):
-            with self._autocast():
-                logprob, _, value = self.model.evaluate(obs[idx], actions[idx])
-            logprobs.append(logprob.float())
-            values.append(value.float())
-        out = {**batch, "start_logprobs": torch.cat(logprobs)}
+        - with the batch's GaeInputs (ppo.lag_fresh_advantages): values, advantages and returns from its rerun
+          (a recurrent core values the bootstrap and final observations from the acting policy's states)."""
+        out = {**batch, "start_logprobs": logprobs}
         if "gae" in batch:  # ppo.lag_fresh_advantages: GAE again, with this critic's values
             g, vn = out.pop("gae"), self.value_norm
             with self._autocast():  # the bootstrap and final observations
-                extra = self.model.value(g.extras[0]).float() if g.extras[0] is not None else None
-            out["values"], out["advantages"], out["returns"] = g.rerun(_raw(vn, torch.cat(values)), _raw(vn, extra))
+                extra = self.model.value(g.extras[0], g.extra_states).float() if g.extras[0] is not None else None
+            out["values"], out["advantages"], out["returns"] = g.rerun(_raw(vn, values), _raw(vn, extra))
         elif self.cfg.clip_vloss:
-            out["values"] = _raw(self.value_norm, torch.cat(values))
+            out["values"] = _raw(self.value_norm, values)
         return out
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,
-               generator: torch.Generator | None = None) -> dict[str, float]:
-        """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job).
+               generator: torch.Generator | None = None, version: int | None = None) -> dict[str, float]:
+        """One PPO update on this rank's flat batch (empty only on a rank with no actors in a G-rank job), from
+        the weights of `version` (a recurrent core's exact replay covers the samples they acted; None: all).
 
         Not finite, it is dropped (issue 60): a step whose loss or gradient is not finite shows in the gradient
         norm's sum, read with the statistics at the end; the weights, Adam's state, the value statistics and
@@ -339,10 +353,11 @@ class PPOUpdater:
         lr = self.learning_rate(progress)  # of its minibatch gradients
         start = UpdateStart(self)  # what a non-finite step makes the update go back to
         self._set_lr(lr)
-        replay = {} if sequences is None else replay_differences(  # before anything moves
-            self.model, batch, cfg.num_minibatches, self._autocast, self.value_norm)
+        outputs = (outputs_of(self.model, batch, cfg.num_minibatches, self._autocast)  # before anything moves
+                   if n and (self.policy_lag or sequences is not None) else None)
+        replay = replay_differences(outputs, batch, self.value_norm, version, self.ranks) if self.model.recurrent else {}
         if self.policy_lag and n:
-            batch = self._start_outputs(batch)
+            batch = self._start_outputs(batch, *outputs)
             raw = batch if "gae" in raw else raw  # GAE ran again: the values and returns it gave
         if self.value_norm is not None:
             batch = self._normalize_values(batch)

@@ -44,36 +44,36 @@ class UpdateRunner:
         self.done_fd, self._done_w = os.pipe()
         os.set_blocking(self.done_fd, False)
 
-    def _run(self, batch: dict | None, progress: float) -> None:
+    def _run(self, batch: dict | None, progress: float, version: int | None) -> None:
         t0 = self.clock()
         try:
-            self._stats = {} if batch is None else self.updater.update(batch, progress, self.generator)
+            self._stats = {} if batch is None else self.updater.update(batch, progress, self.generator, version)
         except BaseException as exc:  # re-raised in the learner's thread by result()
             self._error = exc
         self.heap.release()
         self.took_s = self.clock() - t0
         self.slowest = max(self.slowest, self.took_s)
 
-    def start(self, batch: dict | None, progress: float) -> None:
-        """Run PPOUpdater.update(batch, progress): `progress` (env steps before this rollout / the schedule's
-        horizon) sets its learning rate. batch None: nothing to learn (collect-only); result() then gives empty
-        stats."""
+    def start(self, batch: dict | None, progress: float, version: int | None = None) -> None:
+        """Run PPOUpdater.update(batch, progress, version): `progress` (env steps before this rollout / the
+        schedule's horizon) sets its learning rate, `version` is the weights' it starts from. batch None:
+        nothing to learn (collect-only); result() then gives empty stats."""
         if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
-            self._thread = threading.Thread(target=self._run_and_say, args=(batch, progress), name="ppo-update",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run_and_say, args=(batch, progress, version),
+                                            name="ppo-update", daemon=True)
             self._thread.start()
             return
         torch.set_num_threads(self.threads)
-        self._run(batch, progress)
+        self._run(batch, progress, version)
         torch.set_num_threads(1)  # while collecting, one thread: OpenMP workers would spin against the actors
 
     def running(self) -> bool:
         """An update is running in its thread (policy lag): result() would wait for it."""
         return self._thread is not None and self._thread.is_alive()
 
-    def _run_and_say(self, batch: dict | None, progress: float) -> None:
-        self._run(batch, progress)
+    def _run_and_say(self, batch: dict | None, progress: float, version: int | None) -> None:
+        self._run(batch, progress, version)
         os.write(self._done_w, b"!")  # done_fd readable
 
     def result(self) -> dict:

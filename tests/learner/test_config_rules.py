@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from learner.config import Config, ConfigError, apply_overrides, from_dict, load, parse_override, sections
+from learner.config import (Config, ConfigError, apply_overrides, check_multi_rank, from_dict, load, parse_override,
+                            sections)
 
 BIG = 2**70
 RULES = [  # (overrides, words the one-line message must contain)
@@ -120,11 +121,8 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["eval.episodes=0"], ["eval.episodes", "0"]),
     (["eval.sticky_actions=2"], ["eval.sticky_actions", "2.0"]),
     (["eval.sticky_actions=-0.5"], ["eval.sticky_actions", "-1 or in [0, 1]", "-0.5"]),
-    # [model] core (issue 63): what does not carry the recurrent state yet is refused, naming the keys
+    # [model] core (issue 63): its sequences must fit the rollout
     (["model.core='rnn'"], ["model.core", "none, lstm or gru", "rnn"]),
-    (["model.core='lstm'", "run.policy_lag=1"], ["model.core = 'lstm'", "run.policy_lag = 1", "not supported"]),
-    (["model.core='gru'", "cluster.collectors=2"], ["model.core = 'gru'", "cluster.collectors = 2"]),
-    (["model.core='lstm'", "cluster.learners=2"], ["model.core = 'lstm'", "cluster.learners = 2"]),
     (["model.core='lstm'", "ppo.num_steps=128", "ppo.bptt=48"], ["ppo.bptt", "divide", "48", "128"]),
     (["model.core='lstm'", "cluster.envs=2", "cluster.actors=1", "ppo.bptt=0", "ppo.num_minibatches=4"],
      ["ppo.num_minibatches", "[1, 2]", "whole sequences", "got 4"]),
@@ -177,6 +175,16 @@ def test_the_defaults_pass():
 def test_a_recurrent_core_with_sequences_that_fit_passes():
     cfg = apply_overrides(Config(), ["model.core='gru'", "ppo.num_steps=128", "ppo.bptt=32", "ppo.num_minibatches=32"])
     assert (cfg.model.core, cfg.ppo.bptt) == ("gru", 32)  # 8 env slots x 4 sequences each: 32 sequences
+
+
+@pytest.mark.parametrize("where", [["run.policy_lag=1"], ["cluster.collectors=2"], ["cluster.learners=2"],
+                                   ["run.policy_lag=1", "cluster.collectors=2", "cluster.learners=2"]])
+def test_a_recurrent_core_goes_with_policy_lag_collector_processes_and_ranks(where):
+    """Issue 63, point 5: each collector process and each rank keeps its own slots' state, and under lag the
+    update replays from the acting policy's states (once refused, naming the keys)."""
+    cfg = apply_overrides(Config(), ["model.core='lstm'", *where])
+    check_multi_rank(cfg, "2 learner ranks")  # what preflight asks of a job torchrun started
+    assert cfg.model.core == "lstm"
 
 
 @pytest.mark.parametrize("recipe", ["cartpole.toml", "pong-fast.toml", "breakout-fast.toml"])

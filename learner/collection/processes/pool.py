@@ -54,15 +54,14 @@ class CollectorLost(Stalled):
 
 
 def default_collectors(requested: int, device: torch.device, cores: int, deterministic: bool,
-                       normalize_obs: bool, recurrent: bool = False) -> int:
+                       normalize_obs: bool) -> int:
     """cluster.collectors = 0: one collector per 8 cores of the learner host on a GPU (at most 4; each feeds
     one device with about a core's worth of Python), 1 on a CPU device, where inference competes with the
-    actors and the update for the same cores, 1 where several would not be exact or would keep their own
-    observation statistics, and 1 with a recurrent core (model.core), whose state per env slot lives in the
-    training process's collector."""
+    actors and the update for the same cores, and 1 where several would not be exact or would keep their own
+    observation statistics. (A recurrent core's state per env slot lives in the process that infers for it.)"""
     if requested:
         return requested
-    if deterministic or normalize_obs or recurrent or device.type == "cpu":
+    if deterministic or normalize_obs or device.type == "cpu":
         return 1
     return max(1, min(4, cores // 8))
 

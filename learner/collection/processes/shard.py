@@ -45,11 +45,13 @@ class Columns:
     fresh: set[int]
     bootstrap_obs: dict           # column -> observation after step T-1
     final_obs: dict               # (t, column) -> last observation before a truncation
+    bootstrap_states: dict        # a recurrent core's: the states those two are valued from, kept by the
+    final_states: dict            # collector process that acted (empty without one)
 
     @classmethod
     def of(cls, buf: RolloutBuffer) -> "Columns":
         return cls(list(buf.slots), list(buf.acted), list(buf.completed), list(buf.dead), set(buf.fresh),
-                   dict(buf.bootstrap_obs), dict(buf.final_obs))
+                   dict(buf.bootstrap_obs), dict(buf.final_obs), dict(buf.bootstrap_states), dict(buf.final_states))
 
     def write_into(self, buf: RolloutBuffer, start: int) -> None:
         """Into `buf`'s columns from `start` on."""
@@ -58,6 +60,8 @@ class Columns:
         buf.fresh.update(start + c for c in self.fresh)
         buf.bootstrap_obs.update({start + c: np.asarray(o) for c, o in self.bootstrap_obs.items()})
         buf.final_obs.update({(t, start + c): np.asarray(o) for (t, c), o in self.final_obs.items()})
+        buf.bootstrap_states.update({start + c: s for c, s in self.bootstrap_states.items()})
+        buf.final_states.update({(t, start + c): s for (t, c), s in self.final_states.items()})
 
 
 @dataclass

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.collection.inference import Inference
+from learner.collection.inference import Inference, served_modules
 from learner.collection.observations import episode_starts
 from learner.config import ModelConfig
 from learner.model.networks import build_model
@@ -86,3 +86,22 @@ def test_an_episode_starts_at_a_join_and_after_a_termination_or_truncation():
     assert episode_starts(first).all()
     later = m.StepReport(0, obs, np.zeros(3, np.float32), np.array([True, False, False]), np.array([False, False, True]))
     assert episode_starts(later).tolist() == [True, False, True]
+
+
+def test_newer_weights_serving_mid_episode_keep_every_slots_state():
+    """Policy lag: when the finished update's weights start to serve (follow), the slots' episodes go on from the
+    states the older weights left (not zeroed: as Sample Factory and IMPALA do); the next step enters with them."""
+    policy, model = make_policy()
+    lagged, _ = served_modules(model, None, policy_lag=True)
+    policy = Inference(lagged, ACT, torch.device("cpu"), None, seed=0)
+    policy.act([np.ones((2, 3), np.float32)], np.array([0, 4]), np.ones(2, bool))
+    before = policy.states_of([0, 4])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)  # the update moved the training weights
+    policy.follow(model)
+    assert torch.equal(lagged.core.rnn.weight_ih_l0, model.core.rnn.weight_ih_l0)
+    np.testing.assert_array_equal(policy.states_of([0, 4]), before)
+    result = policy.act([np.ones((2, 3), np.float32)], np.array([0, 4]), np.zeros(2, bool))
+    np.testing.assert_array_equal(result.states, before)
+    assert before.any()

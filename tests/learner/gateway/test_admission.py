@@ -24,7 +24,7 @@ def test_a_recurrent_state_counts_in_each_slot_and_is_said_at_start():
     """model.core = lstm, 256 wide (512 floats of state), sequences of 32 steps: a start flag per step and a
     state per sequence in each rollout copy, plus the slot's row of the state table and its bootstrap state."""
     each = state_bytes(512, 128, 32)
-    assert each == ROLLOUT_COPIES * (128 + 4 * 512 * 4) + 2 * 512 * 4
+    assert each == ROLLOUT_COPIES * (128 * (1 + 4) + 4 * 512 * 4) + 2 * 512 * 4  # flag, version; states
     assert state_bytes(0, 128, 32) == 0
     a = Admission.of(1024, 0, 8, *BREAKOUT, state=each)
     assert a.slot_bytes == slot_bytes(*BREAKOUT) + each and a.max_envs == (1024 << 20) // a.slot_bytes

@@ -35,7 +35,7 @@ class Runner:
         self.left, self.batch, self.seen, self.joined = 0, None, None, []
         self.done_fd = 99  # (a pipe in UpdateRunner)
 
-    def start(self, batch, progress):
+    def start(self, batch, progress, version=None):
         self.batch, self.seen = batch, None if batch is None else batch["set"].copy()
         self.left = self.duration() if self.max_lag else 0
 

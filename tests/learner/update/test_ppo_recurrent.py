@@ -2,11 +2,13 @@
 state gathered, reset and scattered as the collector does) becomes a batch of sequences; the update's
 minibatches are whole sequences, and its exact-replay check recomputes what the acting policy gave, unless a
 reset or a state is wrong."""
+import copy
+
 import numpy as np
 import pytest
 import torch
 
-from learner.advantages.batch import rollout_to_batch
+from learner.advantages.batch import empty_batch, rollout_to_batch
 from learner.collection.inference import Inference
 from learner.config import ModelConfig, PPOConfig
 from learner.model.networks import build_model
@@ -14,6 +16,7 @@ from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.update.ppo import PPOUpdater
 from protocol.spaces import SpaceSpec
+from tests.learner.update.test_ranks_weighting import on_ranks
 
 OBS = SpaceSpec(kind="box", shape=(3,), dtype="float32")
 ACT = SpaceSpec(kind="discrete", n=3)
@@ -21,25 +24,31 @@ T, N = 8, 4
 SLOTS = [2, 5, 6, 9]
 
 
-def acted_rollout(core="lstm", bptt=0, dead=None, seed=0):
+def acted_rollout(core="lstm", bptt=0, dead=None, seed=0, switch_at=None):
     """T steps of N env slots (two rollouts: the second's columns start from the first's states), episodes
-    ending at random; `dead`: a column whose actor vanishes after 5 steps of the second rollout."""
+    ending at random; `dead`: a column whose actor vanishes after 5 steps of the second rollout; `switch_at`
+    (policy lag): at that step of the second rollout the policy follows newer weights (version 1), as when the
+    update that ran meanwhile is done, and the model returned holds them."""
     torch.manual_seed(seed)
     model = build_model(OBS, ACT, ModelConfig(core=core, core_size=8))
     policy = Inference(model, ACT, torch.device("cpu"), None, seed=seed)
     layout = Layout((3,), torch.float32, (), torch.long, state_size=model.state_size, bptt=bptt)
     rng = np.random.default_rng(seed)
     starts = np.ones(N, bool)  # a join
+    version = 0
     for r in range(2):
         buf = RolloutBuffer(SLOTS, T, layout, "cpu")
         cols = list(range(N))
         for t in range(T):
+            if r == 1 and t == switch_at:
+                policy.follow(moved(model))
+                version = 1
             live = [c for c in cols if not (r == 1 and c == dead and t >= 5)]
             obs = rng.normal(size=(len(live), 3)).astype(np.float32)
             result = policy.act([obs], np.array([SLOTS[c] for c in live]), starts[live])
             for i, c in enumerate(live):
                 buf.record_actions([c], obs[i:i + 1], result.actions[i:i + 1], result.logprobs[i:i + 1],
-                                   result.values[i:i + 1], starts[c:c + 1], result.states[i:i + 1])
+                                   result.values[i:i + 1], starts[c:c + 1], result.states[i:i + 1], version)
             ended = rng.random(N) < 0.2
             for c in live:
                 buf.record_outcome([c], rng.normal(size=1).astype(np.float32), ended[c:c + 1], np.zeros(1, bool))
@@ -53,10 +62,21 @@ def acted_rollout(core="lstm", bptt=0, dead=None, seed=0):
     return model, policy, buf
 
 
-def update_once(model, policy, buf, **ppo):
+def moved(model):
+    """The model's weights after an update: a copy, each weight moved."""
+    newer = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in newer.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return newer
+
+
+def update_once(model, policy, buf, policy_lag=False, version=None, **ppo):
     cfg = PPOConfig(update_epochs=1, num_minibatches=2, **ppo)
-    batch = rollout_to_batch(buf, policy.value, 0.99, 0.95)
-    return PPOUpdater(model, cfg, "cpu").update(batch.data, 0.0, torch.Generator().manual_seed(0)), batch
+    batch = rollout_to_batch(buf, policy.value, 0.99, 0.95, keep_gae_inputs=(
+        (lambda x: torch.as_tensor(x)) if ppo.get("lag_fresh_advantages") else None))
+    updater = PPOUpdater(model, cfg, "cpu", policy_lag=policy_lag)
+    return updater.update(batch.data, 0.0, torch.Generator().manual_seed(0), version), batch
 
 
 @pytest.mark.parametrize("core, bptt", [("lstm", 0), ("gru", 4), ("lstm", 2)])
@@ -105,3 +125,63 @@ def test_minibatches_are_whole_sequences():
                                                  for j in range(4)]).flatten())
     assert torch.equal(part.rows, torch.tensor([(4 + j) * N + 1 if b == 0 else j * N + 2
                                                 for j in range(4) for b in range(2)]))
+
+
+def exact_by_hand(buf, length: int) -> list[bool]:
+    """Each sample (step-major) that version 1 acted since its sequence or episode began: a loop per column."""
+    exact = np.zeros((T, N), bool)
+    for c in range(N):
+        chain = True
+        for t in range(T):
+            if t % length == 0 or buf.starts[t, c]:
+                chain = True
+            chain = chain and int(buf.versions[t, c]) == 1
+            exact[t, c] = chain
+    return exact[buf.valid_mask().numpy()].tolist()
+
+
+@pytest.mark.parametrize("core, bptt, fresh", [("lstm", 4, False), ("gru", 0, True), ("lstm", 2, False)])
+def test_under_policy_lag_the_replay_is_exact_for_the_samples_the_starting_weights_acted(core, bptt, fresh):
+    """Newer weights serve from step 3 of the rollout on, the states kept: the update, starting from them, replays
+    each sequence from the stored (older) states; the samples acted by its own weights since their sequence or
+    episode began replay exactly, and the metric covers those, no others (the lag's distance on the rest)."""
+    model, policy, buf = acted_rollout(core, bptt, switch_at=3)
+    assert buf.versions[:3].eq(0).all() and buf.versions[3:].eq(1).all()
+    stats, batch = update_once(model, policy, buf, policy_lag=True, version=1, lag_fresh_advantages=fresh)
+    exact = exact_by_hand(buf, bptt or T)
+    assert batch.data["sequences"].acted_by(1).tolist() == exact
+    assert 0 < sum(exact) < len(exact) and stats["replay_samples"] == sum(exact)
+    assert stats["replay_logprob_max_diff"] < 1e-5 and stats["replay_value_max_diff"] < 1e-5, stats
+    assert np.isfinite(stats["loss"]) and stats["minibatches"] == 2
+    everything, _ = update_once(*acted_rollout(core, bptt, switch_at=3), policy_lag=True)  # no version: all samples
+    assert everything["replay_samples"] == len(exact) and everything["replay_logprob_max_diff"] > 1e-3, everything
+
+
+@pytest.mark.parametrize("second", ["broken", "empty"])
+def test_on_several_ranks_the_replay_is_the_jobs_and_a_rank_without_samples_takes_part(second):
+    """Ranks simulated by threads: each updates on its own sequences with the gradients averaged; the replay
+    metric is the largest difference on any rank (rank 1's wrong states show in rank 0's line), its samples
+    every rank's; a rank with no actors (an empty batch) takes part in the same collectives."""
+    rollouts = [acted_rollout("lstm", 4, seed=0), acted_rollout("lstm", 4, seed=0)]  # the same start weights
+    if second == "broken":
+        rollouts[1][2].states.zero_()
+    batches = [rollout_to_batch(buf, policy.value, 0.99, 0.95).data for _, policy, buf in rollouts]
+    if second == "empty":
+        batches[1] = empty_batch(rollouts[1][2].layout, "cpu")
+    cfg = PPOConfig(update_epochs=1, num_minibatches=2)
+
+    def work(ranks):
+        model = rollouts[ranks.rank][0]
+        stats = PPOUpdater(model, cfg, "cpu", ranks=ranks).update(batches[ranks.rank], 0.0,
+                                                                  torch.Generator().manual_seed(0), version=0)
+        return stats, torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    (first, weights0), (other, weights1) = on_ranks(2, work)
+    assert torch.equal(weights0, weights1)
+    for key in ("replay_logprob_max_diff", "replay_value_max_diff", "replay_samples"):
+        assert first[key] == other[key], key
+    assert first["replay_samples"] == T * N * (2 if second == "broken" else 1)
+    if second == "broken":
+        assert first["replay_logprob_max_diff"] > 1e-4 or first["replay_value_max_diff"] > 1e-3, first
+    else:
+        assert first["replay_logprob_max_diff"] < 1e-5, first

@@ -20,7 +20,7 @@ class BlockingUpdater:
     def __init__(self):
         self.release = threading.Event()
 
-    def update(self, batch, update, generator):
+    def update(self, batch, update, generator, version=None):
         self.release.wait(60)
         return {"loss": 1.5}
 
@@ -80,7 +80,7 @@ class CountingUpdater:
     def __init__(self, fail: BaseException | None = None):
         self.calls, self.fail = 0, fail
 
-    def update(self, batch, progress, generator):
+    def update(self, batch, progress, generator, version=None):
         self.calls += 1
         if self.fail is not None:
             raise self.fail
@@ -134,7 +134,7 @@ class ClockedUpdater:
     def __init__(self, clock: FakeClock, durations: list[float]):
         self.clock, self.durations = clock, list(durations)
 
-    def update(self, batch, update, generator):
+    def update(self, batch, update, generator, version=None):
         self.clock.now += self.durations.pop(0)
         return {"update": update}
 

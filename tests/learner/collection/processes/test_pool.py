@@ -13,7 +13,6 @@ def test_default_collectors_follow_the_device_and_cores():
     assert default_collectors(0, cuda, 96, False, False) == 4
     assert default_collectors(0, cuda, 96, True, False) == 1  # deterministic: one process
     assert default_collectors(0, cuda, 96, False, True) == 1  # normalize.obs: one set of statistics
-    assert default_collectors(0, cuda, 96, False, False, recurrent=True) == 1  # model.core: the state in one collector
     assert default_collectors(3, cpu, 2, False, False) == 3   # asked for: given
 
 

@@ -1,5 +1,7 @@
 """Shards from K collector processes laid side by side: one rollout whose training batch is, column for
 column, what each shard's rollout would have given on its own."""
+import pickle
+
 import numpy as np
 import torch
 
@@ -56,6 +58,46 @@ def test_merged_batch_is_each_shards_batch_column_for_column():
     for k, part in enumerate(parts):
         for key in ("obs", "advantages", "returns", "logprobs", "values", "actions"):
             torch.testing.assert_close(whole.data[key][owner == k], part.data[key])
+
+
+RECURRENT = Layout((1,), torch.float32, (), torch.long, state_size=2)  # a recurrent core's rows too
+
+
+def recurrent_shard(k: int, n: int, rows: dict) -> RolloutBuffer:
+    """Collector k's n columns as its process fills them: each step's start flag and acting version, each
+    sequence's first state, and the states of its bootstrap observations and of column 0's final one."""
+    buf = RolloutBuffer(list(range(n)), T, RECURRENT, torch.device("cpu"), rows=rows)
+    zeros = np.zeros(n, np.float32)
+    for t in range(T):
+        cols = list(range(n))
+        buf.record_actions(cols, zeros[:, None], np.zeros(n, np.int64), zeros, zeros, np.full(n, t == 2),
+                           np.full((n, 2), 10.0 * k + 1, np.float32), version=5 + k)
+        buf.record_outcome(cols, zeros, np.zeros(n, bool), np.array([t == 1 and c == 0 for c in cols]))
+    buf.final_obs[(1, 0)] = np.array([0.5], np.float32)
+    buf.final_states[(1, 0)] = np.array([k, 7.0], np.float32)
+    for c in range(n):
+        buf.bootstrap_obs[c] = np.array([0.25], np.float32)
+        buf.bootstrap_states[c] = np.array([k, c], np.float32)
+    return buf
+
+
+def test_a_recurrent_cores_states_reach_the_training_process_with_the_bootstrap_observations():
+    """Each collector process keeps its own slots' states: what it stored in the shared rows (start flags,
+    versions, first states) is the merged rollout's, and the states its bootstrap and final observations are
+    valued from cross the pipe with its shard (pickled, as the pipe sends it)."""
+    _, rows = SharedRows(T, RECURRENT, policy_lag=False).take(5)
+    columns = [{name: t[:, a:b] for name, t in rows.items()} for a, b in ((0, 3), (3, 5))]
+    shards = [pickle.loads(pickle.dumps(Shard.of(k, recurrent_shard(k, n, columns[k])))) for k, n in ((0, 3), (1, 2))]
+    merged = merge_shards(shards, T, RECURRENT, torch.device("cpu"), DeviceLink("cpu"), rows)
+    assert merged.versions.tolist() == [[5, 5, 5, 6, 6]] * T and merged.starts[2].all() and not merged.starts[1].any()
+    assert merged.states[0, :, 0].tolist() == [1, 1, 1, 11, 11]
+
+    def value_fn(obs, states):  # V = obs + 100 x the collector + the column or 7: every state is recognisable
+        return torch.as_tensor(obs[:, 0] + 100 * states[:, 0] + states[:, 1])
+    batch = rollout_to_batch(merged, value_fn, 0.9, 0.8)
+    assert merged.next_values[T - 1].tolist() == [0.25, 1.25, 2.25, 100.25, 101.25]
+    assert merged.next_values[1, 0] == 7.5 and merged.next_values[1, 3] == 107.5
+    assert batch.data["sequences"].versions.tolist() == [5, 5, 5, 6, 6] * T
 
 
 def test_shared_rows_alternate_two_sets_under_policy_lag_and_reallocate_only_on_a_new_width():
