@@ -161,6 +161,7 @@ class Collector:
         self.version, self.flowing, self.lagged = max(version, self.version), self.collect_only, None
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
+            self.buffer.set_version(self.version)
             self.counters.begin()
         else:
             if min_envs == 0 and admit_first:  # admit what has arrived (handshakes, first reports), not waiting:
@@ -227,7 +228,9 @@ class Collector:
 
     def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
         rows = None if self.rows_for is None else self.rows_for(len(slots))
-        return RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
+        buf = RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
+        buf.set_version(self.version)
+        return buf
 
     def _pump(self, timeout_ms: int) -> None:
         """Admit what arrived, act on it, retire the silent. A gap of PAUSE_S or more since the last poll (an
@@ -298,6 +301,7 @@ class Collector:
         if (version := self.newer.newer(self.version)) is None:
             return
         self.version, self.flowing, self.lagged = version, True, sum(self.buffer.acted)
+        self.buffer.set_version(version)
         if self.parked:
             self._start_next()
             self._infer()
@@ -339,7 +343,7 @@ class Collector:
             seen = w.obs if result.obs is None else result.obs[start:end]  # what the network saw, stored
             w.buffer.record_actions(w.buffer.columns(w.slots), seen, result.actions[start:end],
                                     result.logprobs[start:end], result.values[start:end], w.restart,
-                                    result.states[start:end] if rows else None, self.version)
+                                    result.states[start:end] if rows else None)
             self.gateway.send_actions(w.actor, w.group, result.actions[start:end], self.version)
             start = end
         self.counters.served(batch, since)

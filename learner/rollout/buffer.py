@@ -82,12 +82,11 @@ class RolloutBuffer:
         5-10 us."""
         self._host[name][t, self._index(cols)] = src
 
-    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, states=None,
-                       version: int = 0) -> None:
+    def record_actions(self, cols: list[int], obs, actions, logprobs, values, restart=None, states=None) -> None:
         """Store one inference result for columns that are all at the same step. `restart` says which envs start
         over: with stacked observations (layout.stack > 1) their stacks (learner/rollout/frames.py), with a
         recurrent core their episodes, whose state was zeroed; `states`: the state each entered this step with
-        (kept at each sequence's first step); `version`: of the weights that acted (kept with a recurrent core)."""
+        (kept at each sequence's first step)."""
         t = self.acted[cols[0]]
         if self.layout.stack > 1:
             write_stacks(self._host["frames"], self._host["restarts"], t, self._index(cols), obs, restart)
@@ -97,11 +96,16 @@ class RolloutBuffer:
             self._put(name, t, cols, src)
         if self.layout.state_size:
             self._put("starts", t, cols, restart)
-            self._put("versions", t, cols, version)
             length = self.layout.sequence(self.T)
             if t % length == 0:
                 self._put("states", t // length, cols, states)
         _advance(self.acted, cols, t + 1)
+
+    def set_version(self, version: int) -> None:
+        """The steps not acted yet will be acted by the weights of `version` (kept per step with a recurrent core):
+        said when the rollout opens and when newer weights serve, never per message."""
+        if self.layout.state_size:
+            self.versions[torch.arange(self.T).unsqueeze(1) >= torch.as_tensor(self.acted).unsqueeze(0)] = version
 
     def record_outcome(self, cols: list[int], rewards, terminated, truncated) -> None:
         t = self.completed[cols[0]]

@@ -171,3 +171,19 @@ def test_host_device_copies_per_rollout_do_not_grow_with_the_messages():
         assert batch.n_valid == 4 * T
         per_rollout.append((link.to_device_copies - T, link.to_host_copies - T))
     assert per_rollout[0] == per_rollout[1] == (10, 1), per_rollout  # 8 arrays + valid + bootstrap batch; values back
+
+
+def test_a_recurrent_rollout_keeps_the_acting_weights_version_of_every_step():
+    """Said when the rollout opens and when newer weights serve (policy lag), never per message: each column's
+    steps acted so far keep their version, those still to come take the new one."""
+    buf = RolloutBuffer([3, 4, 5], 4, Layout((2,), torch.float32, (), torch.long, state_size=2), torch.device("cpu"))
+    buf.set_version(7)
+    for cols in ([0, 1, 2], [0, 1], [0]):
+        buf.record_actions(cols, np.zeros((len(cols), 2), np.float32), np.zeros(len(cols), np.int64),
+                           np.zeros(len(cols), np.float32), np.zeros(len(cols), np.float32), np.zeros(len(cols), bool),
+                           np.zeros((len(cols), 2), np.float32))
+    buf.set_version(8)  # column 0 has acted 3 steps, column 1 two, column 2 one
+    assert buf.versions.t().tolist() == [[7, 7, 7, 8], [7, 7, 8, 8], [7, 8, 8, 8]]
+    plain = make()
+    plain.set_version(8)  # feed-forward: nothing kept
+    assert not hasattr(plain, "versions")

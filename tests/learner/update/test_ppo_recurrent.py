@@ -35,20 +35,20 @@ def acted_rollout(core="lstm", bptt=0, dead=None, seed=0, switch_at=None):
     layout = Layout((3,), torch.float32, (), torch.long, state_size=model.state_size, bptt=bptt)
     rng = np.random.default_rng(seed)
     starts = np.ones(N, bool)  # a join
-    version = 0
     for r in range(2):
         buf = RolloutBuffer(SLOTS, T, layout, "cpu")
+        buf.set_version(0)
         cols = list(range(N))
         for t in range(T):
             if r == 1 and t == switch_at:
                 policy.follow(moved(model))
-                version = 1
+                buf.set_version(1)
             live = [c for c in cols if not (r == 1 and c == dead and t >= 5)]
             obs = rng.normal(size=(len(live), 3)).astype(np.float32)
             result = policy.act([obs], np.array([SLOTS[c] for c in live]), starts[live])
             for i, c in enumerate(live):
                 buf.record_actions([c], obs[i:i + 1], result.actions[i:i + 1], result.logprobs[i:i + 1],
-                                   result.values[i:i + 1], starts[c:c + 1], result.states[i:i + 1], version)
+                                   result.values[i:i + 1], starts[c:c + 1], result.states[i:i + 1])
             ended = rng.random(N) < 0.2
             for c in live:
                 buf.record_outcome([c], rng.normal(size=1).astype(np.float32), ended[c:c + 1], np.zeros(1, bool))

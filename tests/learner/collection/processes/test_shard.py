@@ -67,11 +67,12 @@ def recurrent_shard(k: int, n: int, rows: dict) -> RolloutBuffer:
     """Collector k's n columns as its process fills them: each step's start flag and acting version, each
     sequence's first state, and the states of its bootstrap observations and of column 0's final one."""
     buf = RolloutBuffer(list(range(n)), T, RECURRENT, torch.device("cpu"), rows=rows)
+    buf.set_version(5 + k)  # writes through into the shared rows
     zeros = np.zeros(n, np.float32)
     for t in range(T):
         cols = list(range(n))
         buf.record_actions(cols, zeros[:, None], np.zeros(n, np.int64), zeros, zeros, np.full(n, t == 2),
-                           np.full((n, 2), 10.0 * k + 1, np.float32), version=5 + k)
+                           np.full((n, 2), 10.0 * k + 1, np.float32))
         buf.record_outcome(cols, zeros, np.zeros(n, bool), np.array([t == 1 and c == 0 for c in cols]))
     buf.final_obs[(1, 0)] = np.array([0.5], np.float32)
     buf.final_states[(1, 0)] = np.array([k, 7.0], np.float32)
