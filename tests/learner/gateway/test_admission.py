@@ -21,8 +21,9 @@ def test_the_limits_follow_the_budget_and_the_rollout_shape():
 
 
 def test_a_recurrent_state_counts_in_each_slot_and_is_said_at_start():
-    """model.core = lstm, 256 wide (512 floats of state), sequences of 32 steps: a start flag per step and a
-    state per sequence in each rollout copy, plus the slot's row of the state table and its bootstrap state."""
+    """model.core = lstm, 256 wide (512 floats of state), sequences of 32 steps: a start flag and an int32 version
+    per step and a state per sequence in each rollout copy, plus the slot's row of the state table and its
+    bootstrap state."""
     each = state_bytes(512, 128, 32)
     assert each == ROLLOUT_COPIES * (128 * (1 + 4) + 4 * 512 * 4) + 2 * 512 * 4  # flag, version; states
     assert state_bytes(0, 128, 32) == 0
