@@ -45,7 +45,7 @@ def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setu
     after each update). `rank_targets`: rank 0's of several ranks, where it sends joiners; `versions` (the
     scheduler's PolicyVersions, learner/rollout/scheduler.py): with policy lag, when newer weights serve."""
     cfg = run.cfg
-    k = 1 if cfg.run.segments else default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
+    k = default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
                            cfg.run.deterministic, cfg.normalize.obs, cfg.model.core != "none")
     if k == 1:
         return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets, versions)

@@ -156,7 +156,7 @@ class RolloutBuffer:
 
     def env_slots(self) -> int:
         """Distinct env slots with a column (a slot with several segments counts once)."""
-        return len(set(self.slots[:self.opened]))
+        return len(set(self.slots[:self.opened]) - {-1})
 
     def is_complete(self) -> bool:
         if len(self.bootstrap_obs) < self.N - self.dead.count(True):

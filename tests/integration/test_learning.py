@@ -81,7 +81,7 @@ def test_cartpole_with_segments_and_policy_lag_reaches_475_within_150k_steps(tmp
     hit = _train_until(run_dir, "configs/cartpole.toml", 150_000, 20, 475, 240,
                        "--set", "run.policy_lag=1", "--set", "run.segments=true")
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["dropped_samples"] > 0, "no segment was ever cut at a close"
+    assert any(r["dropped_samples"] > 0 for r in rows), "no segment was ever cut at a close"
     print(f"CartPole, segments + policy lag: mean of 20 episodes {hit['mean']:.1f} at {hit['env_steps']} env steps")
 
 
