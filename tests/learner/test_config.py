@@ -86,7 +86,6 @@ def test_cluster_collectors_is_validated_and_refused_where_it_would_not_be_exact
 def test_run_segments_is_refused_where_its_segments_would_not_be_cut_in_one_place():
     assert from_dict({"run": {"segments": True, "policy_lag": 1}}).run.segments
     for keys, named in (({"run": {"deterministic": True}}, "run.deterministic = True"),
-                        ({"cluster": {"learners": 2}}, "cluster.learners = 2"),
                         ({"normalize": {"reward": True}}, "normalize.reward = True"),
                         ({"model": {"core": "lstm"}}, "model.core = 'lstm'")):
         keys.setdefault("run", {})["segments"] = True
