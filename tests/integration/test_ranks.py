@@ -148,7 +148,7 @@ def test_two_ranks_with_policy_lag_overlap_their_collection_and_stay_identical(t
     run_dir = tmp_path / "lag"
     result = run_launch("--config", "configs/cartpole.toml", "--learners", "2", "--run-dir", str(run_dir),
                         "--total-steps", "2048", "--set", "run.policy_lag=1", "--set", "ppo.update_epochs=4",
-                        "--set", f"run.segments={str(segments).lower()}", timeout=120)
+                        "--set", f"run.segments={str(segments).lower()}", "--set", "cluster.groups=2", timeout=120)
     assert result.returncode == 0, result.stdout[-2000:]
     rows = metrics(run_dir)
     assert [r["update"] for r in rows] == list(range(1, 9)) and all(r["policy_lag"] == 1 for r in rows)
