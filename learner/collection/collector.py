@@ -36,15 +36,13 @@ from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Incoming
 from learner.collection.inference import Inference
-from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.buffer import SEGMENT_ROOM, RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Stalled, Watchdog
 from protocol import messages as m
 
 log = logging.getLogger("learner")
-
-SEGMENT_ROOM = 2  # run.segments: a rollout's columns per env slot (a slot twice as fast as the mean gives two)
 
 
 class NewerWeights(Protocol):

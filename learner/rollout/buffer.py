@@ -27,6 +27,7 @@ from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 
 
+SEGMENT_ROOM = 2  # run.segments: a rollout's columns per env slot (a slot twice as fast as the mean gives two)
 REUSED = ("obs", "frames", "restarts")  # the big arrays, rewritten in place where the older rollout's fit
 
 
@@ -150,9 +151,6 @@ class RolloutBuffer:
                 in_flight.append(self.slots[col])
             self.dead[col] = True
         return in_flight
-
-    def acted_steps(self) -> int:
-        return sum(self.acted)
 
     def env_slots(self) -> int:
         """Distinct env slots with a column (a slot with several segments counts once)."""
