@@ -11,6 +11,8 @@
     python benchmarks/update_cost.py --compare adam         # pong-fast's Adam step: foreach vs fused
     python benchmarks/update_cost.py --compare activation   # pong-fast's update: ELU vs ReLU
     python benchmarks/update_cost.py --compare activation-acting   # its inference batch of 24: ELU vs ReLU
+    python benchmarks/update_cost.py --compare recipe --candidate ppo.update_epochs=4,ppo.num_minibatches=4
+        # pong-fast's update as its file sets it against the file with a candidate's changes (issue 59: at most 2x)
 
 One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epochs x 4 minibatches. Every
 variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
@@ -154,11 +156,12 @@ def compare_act(repeats: int) -> tuple[float, float]:
 
 
 def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_FAST, n: int = PONG_N,
-                       heap: bool = False) -> float:
-    """Median seconds of pong-fast's update (the config's, with the given --set overrides) after one warm-up
-    update, on random frames whose input statistics the network has taken in. heap: glibc's allocator tuned
-    and released after each update, as the learner does (learner/update/heap.py; this process for good)."""
-    cfg = load(config, RL_GAMES_UPDATE + overrides)
+                       heap: bool = False, as_configured: bool = False) -> float:
+    """Median seconds of pong-fast's update (rl_games' 4 x 4, or `as_configured` the file's own epochs and
+    minibatches, with the given --set overrides) after one warm-up update, on random frames whose input
+    statistics the network has taken in. heap: glibc's allocator tuned and released after each update, as the
+    learner does (learner/update/heap.py; this process for good)."""
+    cfg = load(config, overrides if as_configured else RL_GAMES_UPDATE + overrides)
     torch.manual_seed(0)
     model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
     g = torch.Generator().manual_seed(0)
@@ -256,6 +259,13 @@ def compare_activation_acting(repeats: int) -> tuple[float, float]:
             pong_fast_act_s(repeats, overrides=("model.activation=relu",)))
 
 
+def compare_recipe(candidate: list[str]) -> Callable[[int], tuple[float, float]]:
+    """pong-fast's update as its file sets it against the file with `candidate`'s --set overrides, the same
+    8,192 samples (one rollout of 64 x 128), glibc's heap tuned as the learner tunes it: the cost per sample."""
+    return lambda repeats: (pong_fast_update_s([], repeats, heap=True, as_configured=True),
+                            pong_fast_update_s(candidate, repeats, heap=True, as_configured=True))
+
+
 COMPARISONS = {"layout": (compare_layout, "NCHW", "channels-last", "s per update"),
                "compile": (compare_compile, "eager", "torch.compile", "s per update after the first"),
                "gathers": (compare_gathers, "per minibatch", "per epoch", "s of gathers per update"),
@@ -288,11 +298,13 @@ def run_trees(base: Path, rounds: int, repeats: int, threads: int, acting: bool)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compare", choices=sorted(COMPARISONS) + ["trees"], default="layout")
+    p.add_argument("--compare", choices=sorted(COMPARISONS) + ["trees", "recipe"], default="layout")
     p.add_argument("--base", type=Path, help="trees: the checkout to compare this tree against")
     p.add_argument("--child", help=argparse.SUPPRESS)  # trees: one measurement, --set overrides as JSON
     p.add_argument("--heap", action="store_true", help=argparse.SUPPRESS)  # trees: the child tunes the heap
     p.add_argument("--acting", action="store_true", help="trees: time an inference batch, not the update")
+    p.add_argument("--candidate", default="", help="recipe: the candidate's changes to configs/pong-fast.toml, "
+                   "KEY=VALUE,KEY=VALUE")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per variant and round")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the cores)")
@@ -311,7 +323,13 @@ def main() -> None:
             p.error("--compare trees needs --base CHECKOUT")
         run_trees(args.base.resolve(), args.rounds, args.repeats, args.threads, args.acting)
         return
-    run, name_a, name_b, unit = COMPARISONS[args.compare]
+    if args.compare == "recipe":
+        if not args.candidate:
+            p.error("--compare recipe needs --candidate KEY=VALUE[,KEY=VALUE]")
+        run, name_a, name_b, unit = (compare_recipe(args.candidate.split(",")), "pong-fast.toml",
+                                     f"with {args.candidate}", "s per update of 8,192 samples")
+    else:
+        run, name_a, name_b, unit = COMPARISONS[args.compare]
     ratios = []
     for r in range(args.rounds):
         a, b = run(args.repeats)
@@ -319,6 +337,8 @@ def main() -> None:
         print(f"round {r + 1}: {name_a} {a:.4g}, {name_b} {b:.4g} {unit}, ratio {a / b:.2f}", flush=True)
     print(f"median {name_a} / {name_b} over {args.rounds} rounds ({torch.get_num_threads()} threads): "
           f"{statistics.median(ratios):.2f}")
+    if args.compare == "recipe":
+        print(f"the candidate's update cost per sample: {1 / statistics.median(ratios):.2f}x the file's")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,8 @@ class RunConfig(BaseModel):
     """answer actors with uniform random actions instead of running the network"""
     policy_lag: Annotated[int, Field(ge=0, le=1)] = 0
     """1: collect the next rollout with the previous weights while the update runs (Cleanba); once it is done, its weights serve the rest of the rollout and groups that finish go on into the next one (in the training process, in every collector process, on every learner rank); 0: synchronous"""
+    segments: bool = False
+    """a rollout of ppo.num_steps x env slots steps from whichever slots produce them, in segments of up to num_steps (Sample Factory's and IMPALA's trajectories): a slot that finishes its segment early starts another in the same rollout, and once the rollout holds its steps the slow slots' unfinished segments are cut there (bootstrapped from the value of their next observation, as at any rollout's end) and go on in the next: actors of different speeds each at their own pace, none waiting for the slowest at a rollout's end. Each step is trained in the rollout it was acted in (none older than run.policy_lag); a step in flight at the close is dropped and counted (dropped_samples). false: one column of num_steps steps per env slot, the slowest slot paces the rollout. With cluster.collectors = K each collector process fills its own share so (at T steps per env slot of its own). On G ranks each rank's collection does the same. Not with run.deterministic, normalize.reward or model.core (yet)"""
     watchdog_s: Annotated[float, Field(ge=1.0, le=7 * DAY_S)] = 900.0
     """the learner's main thread back in none of its loops this long (twice cluster.collective_timeout_s if longer) is taken for hung: stacks to the log, exit 1"""
     learner_silent_s: Annotated[float, Field(ge=2.0, le=7 * DAY_S)] = 30.0
@@ -431,6 +433,7 @@ def validate(cfg: Config) -> None:
     _check_addresses(cfg.cluster)
     _check_codec(cfg.cluster)
     _check_rollout(cfg)
+    _check_segments(cfg)
     _check_lr(cfg.ppo)
     _check_core(cfg)
     _check_observe(cfg.env)
@@ -494,6 +497,18 @@ def _check_rollout(cfg: Config) -> None:
     _require(p.num_minibatches <= samples, f"ppo.num_minibatches must be in [1, {samples}] (the samples of a "
              f"rollout, ppo.num_steps x env slots; more: a minibatch would hold less than one sample), "
              f"got {p.num_minibatches}")
+
+
+def _check_segments(cfg: Config) -> None:
+    """run.segments: none of what keeps a per-slot order across columns yet."""
+    if not cfg.run.segments:
+        return
+    lacking = [f"{key} = {value}" for key, value, bad in (
+        ("run.deterministic", cfg.run.deterministic, cfg.run.deterministic),
+        ("normalize.reward", cfg.normalize.reward, cfg.normalize.reward),
+        ("model.core", repr(cfg.model.core), cfg.model.core != "none")) if bad]
+    _require(not lacking, f"run.segments is not supported with {', '.join(lacking)} yet: segments are cut "
+             "feed-forward, without per-slot reward statistics (set run.segments = false, or those keys)")
 
 
 def _check_core(cfg: Config) -> None:

@@ -44,8 +44,8 @@ from learner.rollout.layout import Layout
 class TrainingBatch:
     data: dict[str, torch.Tensor]  # obs, actions, logprobs, values, advantages, returns: flat [n_valid, ...]
     n_valid: int                   # env steps this rollout contributes (masked steps excluded)
-    dropped: int                   # T x N minus n_valid: steps of vanished actors cut from the rollout
-    width: int                     # env slots (columns) the rollout began with
+    dropped: int                   # steps planned minus n_valid: vanished actors' cut, or in flight at a close
+    width: int                     # env slots with a column in the rollout
     nonfinite_slots: list[int] = field(default_factory=list)  # slots whose samples' values, advantages or
     # returns are not finite (GAE overflowed): the batch is not trained on, their actors are struck (issue 60)
 
@@ -168,7 +168,7 @@ def rollout_to_batch(buf: RolloutBuffer, value_fn, gamma: float, gae_lambda: flo
         data["gae"] = _gae_inputs(d, valid, extra, keep_gae_inputs, buf, (gamma, gae_lambda))
     if buf.layout.state_size:
         data["sequences"] = _sequences(d, buf, valid, data["obs"] if n_valid == valid.numel() else None)
-    return TrainingBatch(data, n_valid, buf.T * buf.N - n_valid, buf.N, [buf.slots[c] for c in bad])
+    return TrainingBatch(data, n_valid, buf.planned_steps() - n_valid, buf.env_slots(), [buf.slots[c] for c in bad])
 
 
 def nonfinite_columns(advantages: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor) -> list[int]:

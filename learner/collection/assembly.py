@@ -86,7 +86,7 @@ def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_p
         cfg.ppo.num_steps, device, c.actor_timeout_s, lockstep=r.deterministic, frame_stack=frame_stack,
         startup_timeout_s=c.startup_timeout_s if in_process else 0.0,
         no_actors_timeout_s=c.no_actors_timeout_s if in_process else 0.0,
-        policy_lag=has_policy_lag(cfg),
+        policy_lag=has_policy_lag(cfg), segments=r.segments,
         collect_only=r.collect_only and not r.deterministic)  # collect-only: no weights to wait for
 
 

@@ -9,6 +9,13 @@ has done its T steps goes straight on into the next rollout instead of idling un
 catches up. With policy lag the collector asks its `newer` (learner/rollout/scheduler.py: PolicyVersions in
 the training process, the shared weights in a collector process) between messages: once the lagging
 update's weights serve (which keeps the lag at one version), groups flow on the same way.
+
+With run.segments (issue 62) a rollout is not one column per env slot: it is full once its columns hold T steps
+per env slot in all, from whichever slots produced them. A group that finishes its T-step segment first opens new
+columns in the same rollout (a fast actor gives more segments), and at the close the slow groups' unfinished
+segments are cut where their bootstrap is known (learner/rollout/buffer.py: close); their next observations start
+new segments in the next rollout, and an outcome that was in flight at the close is dropped (counted among the
+dropped samples). So no group waits for the slowest one at a rollout's end.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Incoming
 from learner.collection.inference import Inference
-from learner.rollout.buffer import RolloutBuffer
+from learner.rollout.buffer import SEGMENT_ROOM, RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Stalled, Watchdog
@@ -98,6 +105,7 @@ class CollectorSettings:
     no_actors_timeout_s: float = 0.0  # the same for a later rollout: every actor gone (0: waits for ever)
     policy_lag: bool = False
     collect_only: bool = False
+    segments: bool = False  # run.segments: see the module doc
 
 
 class Collector:
@@ -125,6 +133,8 @@ class Collector:
         self.version = 0  # of the weights actions are computed with (given to each collect, or by newer)
         self.newer = newer if s.policy_lag and not s.lockstep else None
         self.flowing = False  # groups that finish go on into the next rollout
+        self.segments = s.segments and not s.lockstep
+        self.dropping: set[int] = set()  # segments: slots whose outcome in flight at a close is not kept
         self.lagged: int | None = None  # policy lag: this rollout's steps acted before newer weights served
         self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
@@ -147,7 +157,7 @@ class Collector:
         reports, hear goodbyes, check liveness. Returns the env slots ready for the next rollout (with
         collect_only, those already in it too)."""
         self._pump(timeout_ms)
-        return self.parked_slots() + (self.next.N if self.next is not None else 0)
+        return self.parked_slots() + (self.next.env_slots() if self.next is not None else 0)
 
     def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
@@ -172,19 +182,55 @@ class Collector:
             self._start_rollout()
         self.rollouts += 1
         self.heard = time.monotonic()
-        while not self.buffer.is_complete():
+        while not self._filled():
             if should_stop():
                 return None
             self._pump(100)
             if not self.flowing and self.newer is not None:
                 self._ask_newer()
-            if time.monotonic() - self.heard > self.actor_timeout_s and not self.buffer.is_complete():
+            if time.monotonic() - self.heard > self.actor_timeout_s and not self._filled():
                 self._check_stall()
-        self.counts = self.counters.finish(self.buffer.N, [w for w in self.parked.values() if not w.fresh])
+        if self.segments:
+            self._close()
+        self.counts = self.counters.finish(self.buffer.env_slots(), [w for w in self.parked.values() if not w.fresh])
         self.counts.acted_steps = acted = sum(self.buffer.acted)
         if self.policy_lag:  # one version behind: before newer answered (all if it never did, but in a first rollout)
             self.counts.lagged_steps = self.lagged if self.lagged is not None else 0 if self.rollouts == 1 else acted
         return self.buffer
+
+    def _filled(self) -> bool:
+        """Every column done (a column per env slot), or with segments the rollout full (or out of room)."""
+        return self.buffer.is_complete() or self.buffer.is_full()
+
+    def _close(self) -> None:
+        """Segments: the full rollout's unfinished segments end here; the groups waiting to act into it go on
+        into the next rollout (or park for it), and outcomes in flight to it are dropped when they come."""
+        buf = self.buffer
+        self.dropping.update(buf.close())
+        for key, w in list(self.waiting.items()):
+            if w.buffer is buf:
+                del self.waiting[key]
+                self._aim(key, w, self._open_rollout(w.slots))
+
+    def _open_rollout(self, slots: list[int]) -> RolloutBuffer | None:
+        """Segments: the rollout these slots act into next: the one after the current, if started; else the
+        current one while it is open and has room; None: they park for the next rollout."""
+        if self.next is not None and slots[0] in self.next.column:
+            return self.next
+        buf = self.buffer
+        if buf is None or buf.closed:
+            return None
+        if slots[0] in buf.column and buf.wants_action(buf.column[slots[0]]):
+            return buf
+        return buf if buf.open_columns(slots) else None
+
+    def _aim(self, key, w: "Waiting", target: RolloutBuffer | None) -> None:
+        """A group's observation waits for inference into `target`, or (None) parks for the next rollout."""
+        w.buffer = target
+        if target is None:
+            self.parked[key] = w
+        else:
+            self.waiting[key] = w
 
     def _check_stall(self) -> None:
         """Nothing arrived for actor_timeout_s mid-rollout. Unless some actor owes a report (liveness
@@ -227,8 +273,13 @@ class Collector:
         self.parked = {}
 
     def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
-        rows = None if self.rows_for is None else self.rows_for(len(slots))
-        buf = RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows)
+        """A rollout opening a column for each of `slots`; with segments, full at T steps per env slot connected
+        (or opening now), with room for SEGMENT_ROOM times as many columns."""
+        width = max(len(slots), self.registry.num_slots()) if self.segments else len(slots)
+        capacity = SEGMENT_ROOM * width if self.segments else 0
+        rows = None if self.rows_for is None else self.rows_for(max(capacity, len(slots)))
+        buf = RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows,
+                            capacity=capacity, quota=self.num_steps * width if self.segments else 0)
         buf.set_version(self.version)
         return buf
 
@@ -277,6 +328,13 @@ class Collector:
             obs, restart = self.observations.observe(key, report)  # its episodes are counted when it is next inferred
             self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart)
             return
+        if self.dropping and slots[0] in self.dropping:  # segments: in flight at its rollout's close
+            self.dropping.difference_update(slots)
+            obs, restart = self.observations.observe(key, report)
+            item = Waiting(actor, report.group, slots, obs, episodes_of(report), restart=restart)
+            item.arrived = self.listened
+            self._aim(key, item, self._open_rollout(slots))
+            return
         buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
         if buf is None:  # the gateway admitted an outcome no rollout waits for
             self.gateway.retire(actor, f"step report for group {report.group} matches no actions sent")
@@ -285,16 +343,14 @@ class Collector:
         buf.record_outcome(cols, report.rewards, report.terminated, report.truncated)
         if len(report.final_index):
             self.observations.keep_finals(key, buf, cols, report, slots)
-        target = buf if buf.wants_action(cols[0]) else self._following(buf, slots)  # where this obs is acted on
+        finished = not buf.wants_action(cols[0])  # T steps done: this obs bootstraps them and starts what follows
         obs, restart = self.observations.observe(key, report)
-        if target is not buf:  # T steps done: this obs bootstraps the rollout and starts the next one
+        if finished:
             self.observations.keep_bootstrap(buf, cols, obs, restart, slots)
-        item = Waiting(actor, report.group, slots, obs, episodes_of(report), target, restart=restart)
+        target = self._following(buf, slots) if finished else buf  # where this obs is acted on
+        item = Waiting(actor, report.group, slots, obs, episodes_of(report), restart=restart)
         item.arrived = self.listened
-        if target is None:
-            self.parked[key] = item
-        else:
-            self.waiting[key] = item
+        self._aim(key, item, target)
 
     def _ask_newer(self) -> None:
         """Policy lag: once newer weights serve, groups flow on (those parked already, at once)."""
@@ -307,7 +363,10 @@ class Collector:
             self._infer()
 
     def _following(self, buf: RolloutBuffer, slots: list[int]) -> RolloutBuffer | None:
-        """The rollout a group that finished `buf` goes on into at once (flowing), or None: it is parked."""
+        """The rollout a group that finished `buf` goes on into at once: with segments `buf` itself while it has
+        room; the next one when flowing; else None: it is parked."""
+        if self.segments and not buf.closed and buf.open_columns(slots):
+            return buf
         if not (self.flowing and buf is self.buffer):
             return None
         if self.next is None:
@@ -364,6 +423,7 @@ class Collector:
             self.waiting.pop(key, None)
             self.parked.pop(key, None)
         self.observations.forget(actor.actor_id, actor.groups)
+        self.dropping.difference_update(actor.slots)
         self.policy.forget(actor.slots)  # a recurrent core's state of these slots
         for buf in (self.buffer, self.next):
             for slot in actor.slots if buf is not None else ():

@@ -43,10 +43,11 @@ def machine_memory_bytes() -> int:
         return 0
 
 
-def slot_bytes(obs_shape: tuple, obs_dtype: str, num_steps: int) -> int:
-    """The learner's memory for one env slot: ROLLOUT_COPIES rollouts of its column."""
+def slot_bytes(obs_shape: tuple, obs_dtype: str, num_steps: int, columns: int = 1) -> int:
+    """The learner's memory for one env slot: ROLLOUT_COPIES rollouts of its `columns` (run.segments: room for
+    more than one column per slot, learner/rollout/buffer.py's SEGMENT_ROOM)."""
     obs = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(obs_dtype).itemsize
-    return ROLLOUT_COPIES * (num_steps + 1) * (obs + STEP_SCALARS_BYTES)
+    return ROLLOUT_COPIES * columns * (num_steps + 1) * (obs + STEP_SCALARS_BYTES)
 
 
 def state_bytes(state_size: int, num_steps: int, sequence: int) -> int:
@@ -74,12 +75,13 @@ class Admission:
 
     @classmethod
     def of(cls, budget_mb: int, per_actor: int, run_envs: int, obs_shape: tuple, obs_dtype: str, num_steps: int,
-           memory_bytes: int | None = None, state: int = 0) -> "Admission":
+           memory_bytes: int | None = None, state: int = 0, columns: int = 1) -> "Admission":
         """From the config (cluster.memory_budget_mb, cluster.max_envs_per_actor: 0 derives them) and the
-        machine's memory; `state`: a recurrent core's bytes per env slot (state_bytes)."""
+        machine's memory; `state`: a recurrent core's bytes per env slot (state_bytes); `columns`: rollout
+        columns per env slot (slot_bytes)."""
         memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
         budget = budget_mb << 20 if budget_mb else int(memory * DEFAULT_BUDGET_SHARE) or (8 << 30)
-        each = slot_bytes(obs_shape, obs_dtype, num_steps) + state
+        each = slot_bytes(obs_shape, obs_dtype, num_steps, columns) + state
         total = max(0, min(MAX_ENV_SLOTS, budget // each))
         return cls(budget, each, total, min(total, per_actor or max(DEFAULT_PER_ACTOR, run_envs)), state)
 

@@ -13,6 +13,7 @@ from learner.collection import Spaces
 from learner.config import Config, ConfigError, check_multi_rank
 from learner.gateway.admission import Admission, check_run_fits, state_bytes
 from learner.gateway.receive import ReceiveLimits
+from learner.rollout.buffer import SEGMENT_ROOM
 from learner.lifecycle.startup import StartupError, starting
 from learner.update.ranks import Ranks
 from protocol.settings import EnvSettings
@@ -77,7 +78,7 @@ def admission_of(cfg: Config, spaces: Spaces, state_size: int = 0) -> Admission:
     c, p, obs = cfg.cluster, cfg.ppo, spaces.obs_space
     state = state_bytes(state_size, p.num_steps, p.bptt or p.num_steps)
     rollouts = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs.shape, obs.dtype,
-                            p.num_steps, state=state)
+                            p.num_steps, state=state, columns=SEGMENT_ROOM if cfg.run.segments else 1)
     receive = ReceiveLimits.of(spaces.actor_obs_space, spaces.action_space, spaces.actor_env.env_id,
                                rollouts.max_envs_per_actor, c.max_message_mb << 20)
     admission = rollouts.with_queues(receive).split(c.learners)

@@ -7,6 +7,12 @@ index. A column whose actor vanished stops early: its steps after the last compl
 out, and its last completed step is cut as a truncation bootstrapped from the value of the observation
 that followed it.
 
+With run.segments (issue 62) a column is a segment of at most T steps, not an env slot: the rollout has room for
+more columns than it has env slots (`capacity`), a slot that finishes its segment before the rollout is full opens
+another column (`open_columns`), and the rollout is full once its columns hold `quota` completed steps
+(`is_full`), however they are spread. `close` then cuts every unfinished segment (the slow slots') where its
+bootstrap is known, as a vanished actor's column is cut: those slots go on in a new segment of the next rollout.
+
 With a recurrent core (layout.state_size) each step also keeps whether its episode starts there (the state was
 zeroed before it) and the weights version that acted, each sequence's first step (every layout.bptt steps) the
 state it entered with, and each bootstrap or final observation the state its value is to be computed from.
@@ -21,21 +27,29 @@ from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 
 
+SEGMENT_ROOM = 2  # run.segments: a rollout's columns per env slot (a slot twice as fast as the mean gives two)
 REUSED = ("obs", "frames", "restarts")  # the big arrays, rewritten in place where the older rollout's fit
 
 
 class RolloutBuffer:
     def __init__(self, slots: list[int], num_steps: int, layout: Layout, device: torch.device,
                  reuse: "RolloutBuffer | None" = None, link: DeviceLink | None = None,
-                 rows: dict[str, torch.Tensor] | None = None):
+                 rows: dict[str, torch.Tensor] | None = None, capacity: int = 0, quota: int = 0):
         """`layout`: the observation's and the action's shape and dtype, and whether observations are stacks
         kept one frame per step (learner/rollout/frames.py: `frames` and `restarts` then stand for `obs`).
         `rows`: the per-step arrays (layout.rows' names and shapes) to write into instead of fresh host
         memory: a collector process's columns of the training process's shared rollout, or that whole rollout.
-        `reuse`: an older rollout nobody reads any more, whose big arrays this one rewrites."""
-        self.slots = list(slots)
-        self.column = {slot: i for i, slot in enumerate(self.slots)}
-        T, N = num_steps, len(self.slots)
+        `reuse`: an older rollout nobody reads any more, whose big arrays this one rewrites. `capacity` and
+        `quota` (run.segments; 0: neither): columns in all, of which the first len(slots) open at once (the
+        rest are opened by open_columns; an unopened column is dead and empty), and the completed steps that
+        make the rollout full."""
+        capacity = max(capacity, len(slots))
+        self.slots = list(slots) + [-1] * (capacity - len(slots))  # each column's env slot (-1: not opened)
+        self.opened = len(slots)
+        self.quota = quota
+        self.closed = False  # run.segments: full, its unfinished segments cut (close)
+        self.column = {slot: i for i, slot in enumerate(slots)}  # each slot's newest column
+        T, N = num_steps, capacity
         self.T, self.N, self.device, self.layout = T, N, torch.device(device), layout
         self.link = link or DeviceLink(device)
         arrays = layout.rows(T, N)
@@ -46,7 +60,7 @@ class RolloutBuffer:
         self.next_values = self.link.host_tensor((T, N), torch.float32)
         self.acted = [0] * N     # actions sent per column (obs[t], actions[t], ... written for t < acted)
         self.completed = [0] * N  # steps whose outcome (reward, flags) has arrived
-        self.dead = [False] * N
+        self.dead = [False] * self.opened + [True] * (N - self.opened)
         self.fresh: set[int] = set()  # columns whose env was (re)started for this rollout: new returns
         self.bootstrap_obs: dict[int, np.ndarray] = {}         # column -> observation after step T-1
         self.final_obs: dict[tuple[int, int], np.ndarray] = {}  # (t, column) -> last obs before a truncation
@@ -116,6 +130,38 @@ class RolloutBuffer:
     def wants_action(self, col: int) -> bool:
         return not self.dead[col] and self.acted[col] < self.T
 
+    def open_columns(self, slots: list[int]) -> bool:
+        """run.segments: new columns (consecutive) for these slots' next segments, if there is room and the
+        rollout is not full yet; False: there is not (the slots go on in the next rollout)."""
+        n = len(slots)
+        if self.opened + n > self.N or self.is_full():
+            return False
+        for i, slot in enumerate(slots, start=self.opened):
+            self.slots[i], self.column[slot], self.dead[i] = slot, i, False
+        self.opened += n
+        return True
+
+    def is_full(self) -> bool:
+        """run.segments: the columns hold `quota` completed steps (never without a quota)."""
+        return bool(self.quota) and sum(self.completed) >= self.quota
+
+    def close(self) -> list[int]:
+        """run.segments, once full: every unfinished segment (no bootstrap yet) ends where it stands, cut in
+        `finish` as a vanished actor's column is. Returns the slots whose step in flight (acted, its outcome
+        not in yet) is not part of this rollout: their outcome, when it comes, is dropped."""
+        self.closed, in_flight = True, []
+        for col in range(self.opened):
+            if self.dead[col] or col in self.bootstrap_obs:
+                continue
+            if self.acted[col] > self.completed[col]:
+                in_flight.append(self.slots[col])
+            self.dead[col] = True
+        return in_flight
+
+    def env_slots(self) -> int:
+        """Distinct env slots with a column (a slot with several segments counts once)."""
+        return len(set(self.slots[:self.opened]) - {-1})
+
     def is_complete(self) -> bool:
         if len(self.bootstrap_obs) < self.N - self.dead.count(True):
             return False  # some live column has no bootstrap yet (the usual answer, found without a loop)
@@ -123,6 +169,11 @@ class RolloutBuffer:
 
     def mark_dead(self, col: int) -> None:
         self.dead[col] = True
+
+    def planned_steps(self) -> int:
+        """The steps this rollout was to hold: T per column, or with a quota those acted (the rest of what it
+        holds is dropped: cut from vanished actors' columns, or in flight at the close)."""
+        return sum(self.acted) if self.quota else self.T * self.N
 
     def valid_mask(self) -> torch.Tensor:
         t = torch.arange(self.T).unsqueeze(1)

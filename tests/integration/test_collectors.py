@@ -178,6 +178,24 @@ def test_two_collectors_keep_one_frame_per_step_and_the_update_rebuilds_what_the
     assert all(r["first_minibatch_ratio_max_dev"] < 1e-5 for r in rows), [r["first_minibatch_ratio_max_dev"] for r in rows]
 
 
+@pytest.mark.parametrize("collectors", [1, 2])
+def test_segments_opened_mid_episode_keep_one_frame_per_step_and_the_update_rebuilds_what_the_network_saw(
+        tmp_path, collectors):
+    """run.segments (issue 62), in the training process and in two collector processes: a segment may start in
+    the middle of an episode, in any column, and its first step's older frames must be the ones the network saw;
+    before its first step the policy's ratio to the stored log-probabilities is 1 in every update."""
+    run_dir = tmp_path / f"segments-{collectors}"
+    result = run_launch("--config", "configs/smoke.toml", "--set", f"cluster.collectors={collectors}",
+                        "--set", "run.segments=true", "--set", "cluster.groups=2", "--run-dir", str(run_dir),
+                        "--total-steps", "1024",
+                        "--set", "ppo.update_epochs=1", timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = metrics(run_dir)
+    assert len(rows) >= 14 and all(r["env_slots"] == 4 for r in rows)
+    assert all(r["first_minibatch_ratio_max_dev"] < 1e-5 for r in rows), [r["first_minibatch_ratio_max_dev"] for r in rows]
+    assert any(r["dropped_samples"] > 0 for r in rows), "no segment was cut at a close"
+
+
 def test_two_learner_ranks_each_with_two_collectors(tmp_path):
     run_dir = tmp_path / "ranks"
     result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--learners", "2", "--actors", "2",

@@ -139,16 +139,19 @@ def test_a_one_rank_checkpoint_resumes_into_two_ranks(tmp_path):
     assert all(len(set(r["rank_weights_checksums"])) == 1 for r in grown)
 
 
-def test_two_ranks_with_policy_lag_overlap_their_collection_and_stay_identical(tmp_path):
+@pytest.mark.parametrize("segments", [False, True], ids=["slots", "segments"])
+def test_two_ranks_with_policy_lag_overlap_their_collection_and_stay_identical(tmp_path, segments):
     """Issue 62: each rank collects its next rollout while its update runs (in a thread whose collectives
     have a process group of their own); the gradients are still averaged before every step, so the weights
-    stay bit-identical on both ranks after every update."""
+    stay bit-identical on both ranks after every update. With run.segments each rank cuts its own segments
+    (its batch a few steps more or less than the other's)."""
     run_dir = tmp_path / "lag"
     result = run_launch("--config", "configs/cartpole.toml", "--learners", "2", "--run-dir", str(run_dir),
                         "--total-steps", "2048", "--set", "run.policy_lag=1", "--set", "ppo.update_epochs=4",
-                        timeout=120)
+                        "--set", f"run.segments={str(segments).lower()}", "--set", "cluster.groups=2", timeout=120)
     assert result.returncode == 0, result.stdout[-2000:]
     rows = metrics(run_dir)
     assert [r["update"] for r in rows] == list(range(1, 9)) and all(r["policy_lag"] == 1 for r in rows)
     assert all(r["learners"] == 2 and len(set(r["rank_weights_checksums"])) == 1 for r in rows)
     assert all(r["collection"]["lagged_share"] > 0 for r in rows[1:])  # acted while an update ran
+    assert any(r["dropped_samples"] > 0 for r in rows) == segments  # segments cut at a close

@@ -83,6 +83,16 @@ def test_cluster_collectors_is_validated_and_refused_where_it_would_not_be_exact
         from_dict({"cluster": {"collectors": 2}, "normalize": {"obs": True}})
 
 
+def test_run_segments_is_refused_where_its_segments_would_not_be_cut_in_one_place():
+    assert from_dict({"run": {"segments": True, "policy_lag": 1}}).run.segments
+    for keys, named in (({"run": {"deterministic": True}}, "run.deterministic = True"),
+                        ({"normalize": {"reward": True}}, "normalize.reward = True"),
+                        ({"model": {"core": "lstm"}}, "model.core = 'lstm'")):
+        keys.setdefault("run", {})["segments"] = True
+        with pytest.raises(ConfigError, match=re.escape(f"run.segments is not supported with {named} yet")):
+            from_dict(keys)
+
+
 def test_a_config_crosses_to_a_collector_process_and_into_a_checkpoint(tmp_path):
     """Collector processes get the config pickled (torch.multiprocessing spawn); checkpoints store to_dict()
     and --resume / evaluation read it back with torch.load(weights_only=True), which takes plain types only."""

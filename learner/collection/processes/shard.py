@@ -47,11 +47,13 @@ class Columns:
     final_obs: dict               # (t, column) -> last observation before a truncation
     bootstrap_states: dict        # a recurrent core's: the states those two are valued from, kept by the
     final_states: dict            # collector process that acted (empty without one)
+    quota: int = 0                # run.segments: the completed steps that made the rollout full (0: no quota)
 
     @classmethod
     def of(cls, buf: RolloutBuffer) -> "Columns":
         return cls(list(buf.slots), list(buf.acted), list(buf.completed), list(buf.dead), set(buf.fresh),
-                   dict(buf.bootstrap_obs), dict(buf.final_obs), dict(buf.bootstrap_states), dict(buf.final_states))
+                   dict(buf.bootstrap_obs), dict(buf.final_obs), dict(buf.bootstrap_states), dict(buf.final_states),
+                   buf.quota)
 
     def write_into(self, buf: RolloutBuffer, start: int) -> None:
         """Into `buf`'s columns from `start` on."""
@@ -80,14 +82,15 @@ class Shard:
 
 
 def merged_slot(collector: int, slot: int) -> int:
-    """A slot's id in the merged rollout: each collector numbers its own slots from 0."""
-    return collector * MAX_ENV_SLOTS + slot
+    """A slot's id in the merged rollout: each collector numbers its own slots from 0 (-1: a column not opened)."""
+    return -1 if slot < 0 else collector * MAX_ENV_SLOTS + slot
 
 
 def merge_shards(shards: list[Shard], num_steps: int, layout: Layout, device, link, rows: dict) -> RolloutBuffer:
     """One rollout over `rows` (which the shards' collectors filled, side by side in shard order)."""
     slots = [merged_slot(s.collector, slot) for s in shards for slot in s.columns.slots]
-    buf = RolloutBuffer(slots, num_steps, layout, device, link=link, rows=rows)
+    buf = RolloutBuffer(slots, num_steps, layout, device, link=link, rows=rows,
+                        quota=sum(s.columns.quota for s in shards))
     start = 0
     for shard in shards:
         shard.columns.write_into(buf, start)

@@ -20,6 +20,14 @@ def test_the_limits_follow_the_budget_and_the_rollout_shape():
     assert half.split(2).max_envs == half.max_envs // 2
 
 
+def test_segments_count_their_room_for_more_columns_in_each_slot():
+    """run.segments: a rollout has room for SEGMENT_ROOM columns per env slot, and the budget counts them."""
+    from learner.rollout.buffer import SEGMENT_ROOM
+    assert slot_bytes(*BREAKOUT, columns=SEGMENT_ROOM) == SEGMENT_ROOM * slot_bytes(*BREAKOUT)
+    a = Admission.of(1024, 0, 8, *BREAKOUT, columns=SEGMENT_ROOM)
+    assert a.max_envs == (1024 << 20) // (SEGMENT_ROOM * slot_bytes(*BREAKOUT))
+
+
 def test_a_recurrent_state_counts_in_each_slot_and_is_said_at_start():
     """model.core = lstm, 256 wide (512 floats of state), sequences of 32 steps: a start flag and an int32 version
     per step and a state per sequence in each rollout copy, plus the slot's row of the state table and its
