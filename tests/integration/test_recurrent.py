@@ -59,3 +59,16 @@ def test_two_learner_ranks_each_collect_with_their_own_states_and_stay_identical
     assert all(r["learners"] == 2 and len(set(r["rank_weights_checksums"])) == 1 for r in rows)
     assert all(min(r["rank_env_slots"]) > 0 for r in rows[1:])  # both ranks trained on their own actors' steps
     assert [r["replay_samples"] for r in rows] == samples(rows)
+
+
+def test_resumed_with_two_collector_processes_the_first_rollout_is_acted_by_the_resumed_weights_version(tmp_path):
+    """After a resume the collectors serve the checkpoint's weights under the checkpoint's version from the first
+    rollout on: the shared weights said version 0 until the first update's publish, so that rollout's steps were
+    labelled 0, and its update found none acted by the weights it starts from (replay_samples 0)."""
+    run_dir = tmp_path / "resumed"
+    first = replayed_run(run_dir, 768, "--set", "cluster.collectors=2", *STATS, "--actors", "2", "--envs-per-actor", "4")
+    result = run_launch("--resume", str(run_dir), "--total-steps", "1536", timeout=90)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = metrics(run_dir)
+    resumed = rows[len(first):]
+    assert resumed and [r["replay_samples"] for r in resumed] == samples(rows)[len(first):], resumed

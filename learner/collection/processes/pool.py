@@ -182,6 +182,8 @@ class CollectorPool(Collection):
         """Every collector's shard of one rollout, merged (see the module doc for policy lag)."""
         if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
             return None
+        if self.weights.current() < version:  # a resumed run's first rollout: the checkpoint's weights, by their version
+            self.weights.publish(self.served, version)
         for k in range(len(self.conns)):
             self._send(k, Collect(version, self.rank_slots if k == 0 else None))
         self.rank_slots = None
