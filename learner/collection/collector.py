@@ -166,9 +166,12 @@ class Collector:
         once with whoever is ready, an empty rollout if nobody is (a rank of a multi-rank learner).
         `version`: the weights the actions are computed with, sent with them. `admit_first=False`: the caller
         has just been pumping (a collector process between rollouts), so a 0 starts without another pump.
-        With policy lag `newer` is asked once a pass until it answers (the update reading the buffer the next
-        rollout reuses is then done); from then on groups that finish this rollout go on into the next."""
+        With policy lag `newer` is asked at the start and once a pass until it answers (the update reading the
+        buffer the next rollout reuses is then done); from then on groups that finish this rollout go on into the
+        next (from the first step when it answers at the start: none of the rollout's steps is lagged)."""
         self.version, self.flowing, self.lagged = max(version, self.version), self.collect_only, None
+        if self.newer is not None and (newest := self.newer.newer(self.version)) is not None:
+            self.version, self.flowing, self.lagged = newest, True, 0  # newer weights serve from the first step
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
             self.buffer.set_version(self.version)

@@ -91,7 +91,9 @@ class ServedCopy:
             self.version = self.weights.load_into(self.modules)
 
     def newer(self, serving: int) -> int | None:
-        if self.weights.current() <= max(serving, self.version):  # (mid-publish it reads -1: not yet)
+        if self.version > serving:  # loaded at the rollout's start, published after the pool's Collect was sent
+            return self.version
+        if self.weights.current() <= serving:  # (mid-publish it reads -1: not yet)
             return None
         self.version = self.weights.load_into(self.modules)
         return self.version
@@ -289,7 +291,7 @@ class CollectorProcess:
         self.served.load(command.version)
         self.board[self.spec.index, READY] = 0
         try:
-            rollout = self.collector.collect(0, self.should_stop, self.served.version, admit_first=False)
+            rollout = self.collector.collect(0, self.should_stop, command.version, admit_first=False)
         except StopCollecting:
             return False
         if rollout is None:

@@ -221,14 +221,15 @@ def test_stacks_rebuilt_from_the_rollout_are_exact(address, mode):
 @pytest.mark.parametrize("when", ["never", "at_once", "once_parked"])
 def test_with_policy_lag_groups_flow_on_only_once_newer_weights_serve(address, when):
     """Rollout 2 is collected while update 1 runs (policy lag). `never`: it runs to the end, and whoever
-    finished waits for the next rollout, all actions computed with version 1. `at_once`: the first group to
-    finish goes on into rollout 3; `once_parked`: the update ends only after group 0 has finished and parked,
+    finished waits for the next rollout, all actions computed with version 1. `at_once`: the update is done when
+    rollout 2 begins: it is acted by version 2 from its first step and the first group to finish goes on into
+    rollout 3; `once_parked`: the update ends only after group 0 has finished and parked,
     and group 1's last report of rollout 2 is held back until group 0 gets actions of version 2: it must be
     freed between messages. Either way, every action after newer's answer is sent with version 2 and
     rollout 3 is exact."""
     side = FrameSide(address, policy_lag=True, hold=(1, 2 * T, 2) if when == "once_parked" else None)
     answers = {"never": lambda: None, "at_once": lambda: 2,
-               "once_parked": lambda: 2 if side.collector.parked else None}
+               "once_parked": lambda: 2 if side.collector.rollouts == 2 and side.collector.parked else None}
     try:
         check_stacks(side.collect(0), 0)
         assert side.collector.counts.lagged_steps == 0  # the first rollout: no update to lag behind
@@ -241,7 +242,10 @@ def test_with_policy_lag_groups_flow_on_only_once_newer_weights_serve(address, w
             assert side.collector.next is None and set(versions) == {1}
         else:
             assert side.collector.next is not None and side.collector.next.slots == [0, 1, 2, 3]
-            assert versions[0] == 1 and versions == sorted(versions) and versions[-1] == 2
+            if when == "at_once":  # done before the rollout began: acted by version 2 from its first step, none lagged
+                assert set(versions) == {2} and counts.lagged_steps == 0
+            else:
+                assert versions[0] == 1 and versions == sorted(versions) and versions[-1] == 2
         check_stacks(side.collect(2), 2)
     finally:
         side.close()

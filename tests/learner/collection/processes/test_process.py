@@ -24,3 +24,25 @@ def test_redirects_ask_the_rank_first_then_the_collector():
     assert redirect_chain(None, lambda n: None)(4) is None
     assert redirect_chain(lambda n: "rank", lambda n: "collector")(4) == "rank"
     assert redirect_chain(lambda n: None, lambda n: "collector")(4) == "collector"
+
+
+def test_weights_published_between_the_pools_collect_and_their_load_serve_from_the_first_step_and_say_so():
+    """Policy lag with collector processes: the pool sends Collect(1); before the collector loads version 1, the
+    update that ran meanwhile is done and version 2 is published, so the load gets 2. The collector hears that
+    newer weights serve at once (its groups flow on, none of its steps is lagged), and only once; before, it
+    served 2 while waiting for a version newer than 2 all rollout long (every group parked at its end)."""
+    import torch
+
+    from learner.collection.processes.process import ServedCopy
+    from learner.weights.shared import SharedWeights
+
+    trained, copy = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    weights = SharedWeights([trained])
+    served = ServedCopy(weights, [copy])
+    for version in (1, 2):
+        with torch.no_grad():
+            trained.weight += 1
+        weights.publish([trained], version)
+    served.load(1)
+    assert served.version == 2 and torch.equal(copy.weight, trained.weight)
+    assert served.newer(1) == 2 and served.newer(2) is None
