@@ -209,6 +209,10 @@ def main(argv=None) -> int:
     if not args.finish:
         started = {"started": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit()}
         runs.append({**started, **train(args, run_dir)})
+        if not run_dir.is_dir():  # the launcher refused the run (its log line says why) and removed the directory
+            print(f"the run did not start (launch.py exited with code {runs[-1]['exit_code']}): nothing to "
+                  "publish", file=sys.stderr)
+            return 1
         atomic_write(summary_file, json.dumps({"runs": runs}, indent=2) + "\n")
     summary = summarize(args, run_dir, runs, evaluate(run_dir, args.eval_episodes))
     entry = publish(args, run_dir, summary)

@@ -61,12 +61,15 @@ def impala_body(in_channels: int, flat: int | None, activation: str,
 
 class PixelEncoder(nn.Module):
     """(C, H, W) images -> features: scale, normalize (optional), channels-last, then the conv body that
-    `make_body` builds (a registry.py body: nature_body by default)."""
+    `make_body` builds (a registry.py body: nature_body by default). (H, W) images (an Atari frame not stacked,
+    env.frame_stack = 1) are one channel: each batch gets the channel axis as a view."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], make_body=nature_body, scale: float = 1 / 255,
+    def __init__(self, obs_shape: tuple[int, ...], make_body=nature_body, scale: float = 1 / 255,
                  activation: str = "relu", normalize_input: bool = False):
         super().__init__()
         self.scale = scale
+        self.add_channel = len(obs_shape) == 2
+        obs_shape = (1, *obs_shape) if self.add_channel else tuple(obs_shape)
         self.input_norm = PixelNormalizer(tuple(obs_shape)) if normalize_input else None
         flat = _conv_output_size(make_body, obs_shape, activation)
         self.trunk = make_body(obs_shape[0], flat, activation)
@@ -76,11 +79,15 @@ class PixelEncoder(nn.Module):
         self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.trunk(body_input(obs, self.scale, self.input_norm))
+        return self.trunk(body_input(self._channels(obs), self.scale, self.input_norm))
 
     def observe(self, obs: torch.Tensor, ranks=None) -> None:
         if self.input_norm is not None:
-            self.input_norm.observe(obs, self.scale, ranks)
+            self.input_norm.observe(self._channels(obs), self.scale, ranks)
+
+    def _channels(self, obs: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) as they are; (B, H, W) as (B, 1, H, W)."""
+        return obs.unsqueeze(1) if self.add_channel else obs
 
 
 CPU_CHUNK = 64  # samples per in-place pass on the CPU: ~7 MB of float32 pixels, which stay in cache between the passes

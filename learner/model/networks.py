@@ -150,7 +150,7 @@ def mlp_actor_critic(obs_dim: int, action_space: SpaceSpec, hidden: int = 64, cf
     return ActorCritic(FlatEncoder(obs_dim), head, critic, actor=actor, core=core)
 
 
-def pixel_actor_critic(obs_shape: tuple[int, int, int], action_space: SpaceSpec, make_body, scale: float,
+def pixel_actor_critic(obs_shape: tuple[int, ...], action_space: SpaceSpec, make_body, scale: float,
                        cfg: ModelConfig) -> ActorCritic:
     encoder = PixelEncoder(obs_shape, make_body, scale=scale, activation=cfg.activation,
                            normalize_input=cfg.normalize_input)
@@ -172,8 +172,8 @@ def build_model(obs_space: SpaceSpec, action_space: SpaceSpec, cfg: ModelConfig)
         if len(shape) == 0:
             raise ValueError(f"{why}: scalar box")
         return encoder.build_body()(obs_space.size, action_space, hidden=cfg.hidden, cfg=cfg)
-    if len(shape) != 3:
-        raise ValueError(f"{why}: need (C, H, W)")
+    if len(shape) not in (2, 3):
+        raise ValueError(f"{why}: need (C, H, W) or (H, W)")
     scale = 1 / 255 if np.dtype(obs_space.dtype) == np.uint8 else 1.0
     try:
         return pixel_actor_critic(shape, action_space, encoder.build_body(), scale, cfg)
@@ -182,16 +182,16 @@ def build_model(obs_space: SpaceSpec, action_space: SpaceSpec, cfg: ModelConfig)
 
 
 def _resolve_kind(obs_space: SpaceSpec, kind: str) -> str:
-    """model.kind, with "auto" resolved by the observations: (C, H, W) uint8 images or 1-D vectors."""
+    """model.kind, with "auto" resolved by the observations: (C, H, W) or (H, W) uint8 images or 1-D vectors."""
     if kind != AUTO:
         if kind not in ENCODERS:
             raise ValueError(f"unknown model.kind {kind!r} for observation space {obs_space} "
                              f"(known: {', '.join(ENCODERS)})")
         return kind
     shape = obs_space.shape
-    if len(shape) == 3 and np.dtype(obs_space.dtype) == np.uint8:
+    if len(shape) in (2, 3) and np.dtype(obs_space.dtype) == np.uint8:
         return auto_kind(PIXELS)
     if len(shape) == 1:
         return auto_kind(VECTORS)
     raise ValueError(f"unsupported observation space {obs_space} for model.kind='auto': "
-                     "need (C, H, W) uint8 images or 1-D vectors (or force model.kind)")
+                     "need (C, H, W) or (H, W) uint8 images or 1-D vectors (or force model.kind)")

@@ -37,6 +37,17 @@ def test_launch_arguments_after_the_separator_go_to_launch_and_resume_keeps_the_
 
 
 @pytest.mark.integration
+def test_a_run_the_launcher_refuses_ends_with_one_line_and_no_results(tmp_path):
+    cmd = [sys.executable, "benchmarks/learning.py", "configs/cartpole.toml", "--target", "30", "--max-steps", "1000",
+           "--run-dir", str(tmp_path / "run"), "--results", str(tmp_path / "results"), "--",
+           "--set", "ppo.num_steps=0"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "the run did not start (launch.py exited with code 2)" in done.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.integration
 def test_cartpole_to_a_low_target_stops_evaluates_and_publishes(tmp_path):
     run_dir, results = tmp_path / "run", tmp_path / "results"
     cmd = [sys.executable, "benchmarks/learning.py", "configs/cartpole.toml", "--target", "30", "--max-steps",

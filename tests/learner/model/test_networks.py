@@ -40,6 +40,20 @@ def test_cnn_any_resolution():
     assert model.value(torch.zeros(3, 2, 60, 100, dtype=torch.uint8)).shape == (3,)
 
 
+def test_an_unstacked_frame_is_one_channel_for_the_cnn_and_its_core():
+    """env.frame_stack = 1 on Atari: (H, W) frames, no channel axis; the same network as on (1, H, W)."""
+    cfg = ModelConfig(core="lstm", core_size=32, normalize_input=True)
+    torch.manual_seed(0)
+    flat = build_model(SpaceSpec(kind="box", shape=(84, 84), dtype="uint8"), DISCRETE, cfg)
+    torch.manual_seed(0)
+    channel = build_model(SpaceSpec(kind="box", shape=(1, 84, 84), dtype="uint8"), DISCRETE, cfg)
+    frames = torch.randint(0, 256, (3, 84, 84), dtype=torch.uint8)
+    flat.encoder.observe(frames)
+    channel.encoder.observe(frames[:, None])
+    torch.testing.assert_close(flat.encoder(frames), channel.encoder(frames[:, None]))
+    assert flat.encoder(frames).shape == (3, flat.encoder.out_dim) and flat.core is not None
+
+
 def test_cnn_scales_pixels_inside():
     model = build_model(IMAGE, DISCRETE, ModelConfig())
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
