@@ -174,8 +174,7 @@ class Collector:
             self.version, self.flowing, self.lagged = newest, True, 0  # newer weights serve from the first step
         if self.next is not None:  # groups already went on into it while the last one finished
             self._older, self.buffer, self.next = self.buffer, self.next, None
-            self.buffer.set_version(self.version)
-            self.counters.begin()
+            self.buffer.set_version(self.version)  # its counting began at the last rollout's finish
         else:
             if min_envs == 0 and admit_first:  # admit what has arrived (handshakes, first reports), not waiting:
                 self._pump(0)  # parked actors send nothing more, so a wait here was a whole timeout per rollout
