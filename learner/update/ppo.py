@@ -193,7 +193,9 @@ class PPOUpdater:
         lr = self.learning_rate(progress)  # of its minibatch gradients
         start = UpdateStart(self)  # what a non-finite step makes the update go back to
         self._set_lr(lr)
-        outputs = (outputs_of(self.model, batch, cfg.num_minibatches, self._autocast)  # before anything moves
+        # before anything moves; without lag only the replay reads them: in fp32, as the acting policy computed them
+        precision = self._autocast if self.policy_lag else contextlib.nullcontext
+        outputs = (outputs_of(self.model, batch, cfg.num_minibatches, precision)
                    if n and (self.policy_lag or sequences is not None) else None)
         replay = replay_differences(outputs, batch, self.value_norm, version, self.ranks) if self.model.recurrent else {}
         if self.policy_lag and n:

@@ -24,16 +24,24 @@ T, N = 8, 4
 SLOTS = [2, 5, 6, 9]
 
 
-def acted_rollout(core="lstm", bptt=0, dead=None, seed=0, switch_at=None):
+def acted_rollout(core="lstm", bptt=0, dead=None, seed=0, switch_at=None, obs_space=OBS):
     """T steps of N env slots (two rollouts: the second's columns start from the first's states), episodes
     ending at random; `dead`: a column whose actor vanishes after 5 steps of the second rollout; `switch_at`
     (policy lag): at that step of the second rollout the policy follows newer weights (version 1), as when the
-    update that ran meanwhile is done, and the model returned holds them."""
+    update that ran meanwhile is done, and the model returned holds them. `obs_space`: vectors, or uint8 images."""
     torch.manual_seed(seed)
-    model = build_model(OBS, ACT, ModelConfig(core=core, core_size=8))
+    model = build_model(obs_space, ACT, ModelConfig(core=core, core_size=8))
     policy = Inference(model, ACT, torch.device("cpu"), None, seed=seed)
-    layout = Layout((3,), torch.float32, (), torch.long, state_size=model.state_size, bptt=bptt)
+    images = obs_space.dtype == "uint8"
+    shape = tuple(obs_space.shape)
+    layout = Layout(shape, torch.uint8 if images else torch.float32, (), torch.long, state_size=model.state_size,
+                    bptt=bptt)
     rng = np.random.default_rng(seed)
+
+    def observe(n):
+        if images:
+            return rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+        return rng.normal(size=(n, *shape)).astype(np.float32)
     starts = np.ones(N, bool)  # a join
     for r in range(2):
         buf = RolloutBuffer(SLOTS, T, layout, "cpu")
@@ -44,7 +52,7 @@ def acted_rollout(core="lstm", bptt=0, dead=None, seed=0, switch_at=None):
                 policy.follow(moved(model))
                 buf.set_version(1)
             live = [c for c in cols if not (r == 1 and c == dead and t >= 5)]
-            obs = rng.normal(size=(len(live), 3)).astype(np.float32)
+            obs = observe(len(live))
             result = policy.act([obs], np.array([SLOTS[c] for c in live]), starts[live])
             for i, c in enumerate(live):
                 buf.record_actions([c], obs[i:i + 1], result.actions[i:i + 1], result.logprobs[i:i + 1],
@@ -57,7 +65,7 @@ def acted_rollout(core="lstm", bptt=0, dead=None, seed=0, switch_at=None):
             buf.mark_dead(dead)
         for c in range(N):
             if not buf.dead[c]:
-                buf.bootstrap_obs[c] = rng.normal(size=3).astype(np.float32)
+                buf.bootstrap_obs[c] = observe(1)[0]
                 buf.bootstrap_states[c] = policy.states_of([SLOTS[c]])[0] * (not starts[c])
     return model, policy, buf
 
@@ -87,6 +95,14 @@ def test_the_update_replays_exactly_what_the_acting_policy_gave(core, bptt):
     assert batch.data["sequences"].count() == N * T // (bptt or T)
     assert stats["replay_logprob_max_diff"] < 1e-5 and stats["replay_value_max_diff"] < 1e-5, stats
     assert np.isfinite(stats["loss"]) and stats["minibatches"] == 2
+
+
+def test_under_bf16_updates_the_replay_is_still_exact_in_float32():
+    """ppo.update_precision bf16 (pong-lstm): the update's passes run under autocast, but the replay, which only
+    checks, runs in float32 as the acting policy did (under bf16 its differences were ~1e-2 on Pong)."""
+    model, policy, buf = acted_rollout("lstm", obs_space=SpaceSpec(kind="box", shape=(36, 36), dtype="uint8"))
+    stats, _ = update_once(model, policy, buf, update_precision="bf16")
+    assert stats["replay_logprob_max_diff"] < 1e-5 and stats["replay_value_max_diff"] < 1e-5, stats
 
 
 @pytest.mark.parametrize("broken", ["no_resets", "zero_states", "shifted_resets"])
