@@ -39,7 +39,7 @@ from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Incoming
 from learner.collection.inference import Inference
-from learner.collection.routes import Routes, Waiting
+from learner.collection.routes import CloseRule, Routes, Waiting
 from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
@@ -92,12 +92,13 @@ class CollectorSettings:
 class Collector:
     def __init__(self, gateway: CollectorGateway, registry: ActorRegistry, policy: Inference, layout: Layout,
                  settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
-                 rows_for=None, newer: NewerWeights | None = None):
+                 rows_for=None, newer: NewerWeights | None = None, quota: CloseRule | None = None):
         """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's
         loops are the learner's); `link` makes (and counts) the copies between the host rollouts and the
         device; `rows_for(width)`, in a collector process, gives the memory a rollout of `width` columns is
         written into (its columns of the shared rollout); `newer`: with policy lag, where newer weights are
-        heard of (see the module doc; deterministic runs never ask: the switch would hang on thread timing)."""
+        heard of (see the module doc; deterministic runs never ask: the switch would hang on thread timing);
+        `quota`: when a segments rollout is full (None: at its own quota; K collector processes: the job's)."""
         s = settings
         self.gateway, self.registry, self.policy = gateway, registry, policy
         self.link = link or DeviceLink(s.device)
@@ -106,7 +107,8 @@ class Collector:
         self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
         self.segments = s.segments and not s.lockstep
-        self.routes = Routes(registry, layout, self.link, s.num_steps, self.segments, s.policy_lag, rows_for)
+        self.routes = Routes(registry, layout, self.link, s.num_steps, self.segments, s.policy_lag, rows_for, quota)
+        self.pass_ms = self.routes.rule.pass_ms  # the longest wait for a message in a pass of a rollout
         self.newer = newer if s.policy_lag and not s.lockstep else None
         self.lagged: int | None = None  # policy lag: this rollout's steps acted before newer weights served
         self.rollouts = 0  # started so far (in this process)
@@ -176,13 +178,13 @@ class Collector:
             self._infer()
         self.rollouts += 1
         self.heard = time.monotonic()
-        while not self._filled():
+        while not self.routes.filled():
             if should_stop():
                 return None
-            self._pump(100)
+            self._pump(self.pass_ms)
             if not self.routes.flowing and self.newer is not None:
                 self._ask_newer()
-            if time.monotonic() - self.heard > self.actor_timeout_s and not self._filled():
+            if time.monotonic() - self.heard > self.actor_timeout_s and not self.routes.filled():
                 self._check_stall()
         if self.segments:
             self.routes.close()
@@ -191,10 +193,6 @@ class Collector:
         if self.policy_lag:  # one version behind: before newer answered (all if it never did, but in a first rollout)
             self.counts.lagged_steps = self.lagged if self.lagged is not None else 0 if self.rollouts == 1 else acted
         return self.buffer
-
-    def _filled(self) -> bool:
-        """Every column done (a column per env slot), or with segments the rollout full (or out of room)."""
-        return self.buffer.is_complete() or self.buffer.is_full()
 
     def _check_stall(self) -> None:
         """Nothing arrived for actor_timeout_s mid-rollout. Unless some actor owes a report (liveness

@@ -8,7 +8,7 @@ groups about to act into it go on into the next, and the outcomes in flight to i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -36,6 +36,27 @@ class Waiting:
                                                      # start): see RolloutCounters
 
 
+class CloseRule(Protocol):
+    """When the rollout filling now is full (run.segments): `OwnQuota`, or with K collector processes the job's
+    quota on their shared board (learner/collection/processes/board.py: JobQuota). `pass_ms`: the collector's
+    longest wait for a message before it asks again."""
+    pass_ms: int
+
+    def begin(self, buf: RolloutBuffer) -> None: ...
+    def full(self, buf: RolloutBuffer) -> bool: ...
+
+
+class OwnQuota:
+    """One collector's rule: a rollout is full once its own columns hold its quota (T steps per env slot)."""
+    pass_ms = 100
+
+    def begin(self, buf: RolloutBuffer) -> None:
+        pass
+
+    def full(self, buf: RolloutBuffer) -> bool:
+        return buf.is_full()
+
+
 def mark_fresh(w: Waiting) -> None:
     """A group whose envs were just (re)started: its columns of the rollout it enters start fresh."""
     if w.fresh:
@@ -45,13 +66,15 @@ def mark_fresh(w: Waiting) -> None:
 
 class Routes:
     def __init__(self, registry: ActorRegistry, layout: Layout, link: DeviceLink, num_steps: int, segments: bool,
-                 policy_lag: bool, rows_for: Callable[[int], dict] | None = None):
+                 policy_lag: bool, rows_for: Callable[[int], dict] | None = None, rule: CloseRule | None = None):
         """`registry`: who is connected (a segments rollout is sized for every connected env slot); `link`: the
         rollouts' device and copies; `rows_for(width)`: the memory a rollout of `width` columns is written into
         (a collector process's columns of the shared rollout; None: fresh host memory); `policy_lag`: the rollout
-        before the current one is still being trained on, so a new one reuses the one before that."""
+        before the current one is still being trained on, so a new one reuses the one before that; `rule`: when
+        a segments rollout is full (None: OwnQuota)."""
         self.registry, self.layout, self.link, self.T = registry, layout, link, num_steps
         self.segments, self.policy_lag, self.rows_for = segments, policy_lag, rows_for
+        self.rule = rule or OwnQuota()
         self.waiting: dict[Key, Waiting] = {}  # groups whose obs waits for inference
         self.parked: dict[Key, Waiting] = {}  # groups waiting for the next rollout
         self.dropping: set[int] = set()  # segments: slots whose outcome in flight at a close is not kept
@@ -73,6 +96,7 @@ class Routes:
         """The rollout groups flowed on into becomes the current one."""
         self.older, self.buffer, self.next = self.buffer, self.next, None
         self.buffer.set_version(self.version)
+        self.rule.begin(self.buffer)
 
     def switch(self, version: int, at: float) -> bool:
         """Newer weights serve from now on, mid-rollout: the current rollout's steps not acted yet are theirs, and
@@ -96,6 +120,14 @@ class Routes:
             w.buffer, w.arrived = self.buffer, at
             mark_fresh(w)
         self.waiting, self.parked = {(w.actor.actor_id, w.group): w for w in groups}, {}
+        self.rule.begin(self.buffer)
+
+    def filled(self) -> bool:
+        """The current rollout is done: every column (a column per env slot), or with segments full by the close
+        rule (asked first: it posts this collector's count), or every column opened done once the outcomes in
+        flight at the last close have come (their groups may yet open columns in it: a collector process's
+        rollout may begin with none of its groups ready)."""
+        return self.rule.full(self.buffer) or (self.buffer.is_complete() and not self.dropping)
 
     def start_next(self, at: float) -> None:
         """Open the following rollout for the current one's live columns and every parked group."""
@@ -137,7 +169,7 @@ class Routes:
     def following(self, buf: RolloutBuffer, slots: list[int], at: float) -> RolloutBuffer | None:
         """The rollout a group that finished `buf` goes on into at once: with segments `buf` itself while it has
         room; the next one when flowing (opened now, `at`, if it is not yet); else None: it is parked."""
-        if self.segments and not buf.closed and buf.open_columns(slots):
+        if self.segments and self._has_room(buf, slots):
             return buf
         if not (self.flowing and buf is self.buffer):
             return None
@@ -155,7 +187,12 @@ class Routes:
             return None
         if slots[0] in buf.column and buf.wants_action(buf.column[slots[0]]):
             return buf
-        return buf if buf.open_columns(slots) else None
+        return buf if self._has_room(buf, slots) else None
+
+    def _has_room(self, buf: RolloutBuffer, slots: list[int]) -> bool:
+        """Segments: new columns opened in `buf` for these slots' next segments, unless it is closed, full or out
+        of room."""
+        return not buf.closed and not self.rule.full(buf) and buf.open_columns(slots)
 
     def owed(self, slot: int) -> RolloutBuffer | None:
         """The rollout holding an action for `slot` whose outcome has not arrived yet."""
