@@ -166,8 +166,7 @@ class Collector:
             version, flowing, self.lagged = newest, True, 0  # newer weights serve from the first step
         self.routes.serve(version, flowing)
         if self.next is not None:  # groups already went on into it while the last one finished
-            self.routes.advance()
-            self.counters.begin()
+            self.routes.advance()  # its counting began at the last rollout's finish
         else:
             if min_envs == 0 and admit_first:  # admit what has arrived (handshakes, first reports), not waiting:
                 self._pump(0)  # parked actors send nothing more, so a wait here was a whole timeout per rollout

@@ -54,7 +54,8 @@ class RolloutCounters:
         self.begin()
 
     def begin(self) -> None:
-        """A rollout starts now."""
+        """A rollout starts now (a synchronous one, once its env slots are ready; with groups already gone on
+        into it, its window runs from the last rollout's finish)."""
         self.started = self.clock()
         self.messages, self.waited = 0, 0.0
         self.sizes: list[int] = []
@@ -65,23 +66,28 @@ class RolloutCounters:
 
     def served(self, batch, since: float) -> None:
         """The actions of `batch` (groups with `slots` and `arrived`, the time their report came in) are
-        sent; the batch's inference began at `since`."""
+        sent; the batch's inference began at `since`. A report that came in before the rollout began (policy
+        lag: it waited through the last rollout's end) counts from the rollout's start."""
         now = self.clock()
         slots = 0
         for w in batch:
             n = len(w.slots)
             slots += n
-            self.waited += n * (now - w.arrived)
+            self.waited += n * (now - max(w.arrived, self.started))
         self.sizes.append(slots)
         self.latencies.append(now - since)
 
     def finish(self, env_slots: int, parked) -> RolloutCounts:
         """The rollout of `env_slots` columns is complete now; `parked`: the groups that did their steps and
-        wait (with `slots` and `arrived`, when their last report came in)."""
+        wait (with `slots` and `arrived`, when their last report came in; from the rollout's start if earlier:
+        with policy lag a collector process may finish its share of the next rollout before that rollout's
+        counting begins, its groups parked since)."""
         now = self.clock()
-        parked_s = sum(len(w.slots) * (now - w.arrived) for w in parked)
-        return RolloutCounts(now - self.started, env_slots, self.messages, self.waited, parked_s,
-                             np.asarray(self.sizes, np.int32), np.asarray(self.latencies, np.float32))
+        parked_s = sum(len(w.slots) * (now - max(w.arrived, self.started)) for w in parked)
+        counts = RolloutCounts(now - self.started, env_slots, self.messages, self.waited, parked_s,
+                               np.asarray(self.sizes, np.int32), np.asarray(self.latencies, np.float32))
+        self.begin()  # the next rollout's window, where groups that go on into it (policy lag) are counted
+        return counts
 
 
 def percentiles(values: np.ndarray, scale: float = 1.0, digits: int = 2) -> dict | None:

@@ -112,7 +112,7 @@ class Inference:
             self.states[index] = state
         else:
             action, logprob, value = self.model.act(x, generator=self.generator)
-        columns = [action.reshape(n, -1).to(logprob.dtype), logprob.reshape(n, 1), self._raw(value).reshape(n, 1)]
+        columns = [action.reshape(n, -1).to(logprob.dtype), logprob.reshape(n, 1), self.raw_values(value).reshape(n, 1)]
         if self.recurrent:
             columns.append(entering)
         packed = self.link.to_host(torch.cat(columns, dim=1))  # one copy back for everything
@@ -151,7 +151,7 @@ class Inference:
             self._grow(max(slots) + 1)
             self.states[torch.as_tensor(slots, device=self.device)] = 0
 
-    def _raw(self, values: torch.Tensor) -> torch.Tensor:
+    def raw_values(self, values: torch.Tensor) -> torch.Tensor:
         return values if self.value_norm is None else self.value_norm.denormalize(values)
 
     @torch.no_grad()
@@ -162,7 +162,7 @@ class Inference:
             return torch.zeros(len(obs))
         x = self.prepare(obs.numpy() if isinstance(obs, torch.Tensor) else obs, update_stats=False)
         state = None if states is None else self.link.to_device(np.ascontiguousarray(states, np.float32))
-        return torch.from_numpy(self.link.to_host(self._raw(self.model.value(x, state)).float()))
+        return torch.from_numpy(self.link.to_host(self.raw_values(self.model.value(x, state)).float()))
 
     def _random(self, n: int) -> ActResult:
         space = self.action_space

@@ -1,4 +1,5 @@
-"""The PPO update: the loss (clipped surrogate or adaptive KL penalty) and the epoch/minibatch loop.
+"""The PPO update: the epoch/minibatch loop around learner/update/loss.py's loss, the rate and beta steered by the
+measured KL (rates.py), the value statistics, and the exact-replay check (replay.py).
 
 With a recurrent core (the batch's data["sequences"], learner/advantages/batch.py) the minibatches are whole
 sequences (num_minibatches parts of a fresh permutation of them each epoch), each replayed from the state the
@@ -17,93 +18,11 @@ import torch
 from torch import nn
 
 from learner.config import PPOConfig, lr_schedule
-from learner.update.ranks import Ranks
 from learner.model.normalize import ValueNormalizer
-
-BETA_BOUNDS = (1e-10, 1e10)  # keeps repeated halving/doubling from reaching 0 or inf, where it would stick
-
-
-def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
-             new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-             entropy: torch.Tensor, cfg: PPOConfig, beta: float | None = None,
-             start_logprob: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
-    there, so that reading them is one host sync per update, not one per statistic and minibatch).
-
-    The statistics are the update's: whatever this returns is averaged over the minibatches and ranks and
-    written to metrics.jsonl under its key (loss_statistics asks this function which there are), so a new
-    statistic is one more entry in `stats`, whose presence may depend on the config and the lag, not the data.
-
-    start_logprob (policy lag): the log-probabilities under the policy this update started from (the proximal
-    policy). With ppo.lag_decoupled the clipped objective is PPO's decoupled form (Hilton et al. 2021, "Batch size-invariance for
-    policy optimization"): the clip is centred on the start policy, r = pi / pi_start, and each sample is
-    weighted by pi_start / pi_behaviour, so that the unclipped objective is still exactly pi / pi_behaviour x A.
-    Clipped against the behaviour policy, a sample the lag had already moved past the clip range would give no
-    gradient at all. approx_kl and approx_kl_sq, which the adaptive rate and target_kl read, measure this
-    update's own steps; clip_fraction counts around whichever policy the clip is centred on; `behaviour_kl`
-    reports the KL against the behaviour policy. Without lag
-    (start_logprob None, or equal to old_logprob) this is PPO as CleanRL writes it.
-
-    KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
-    drawn from pi_old its mean is an unbiased estimate of KL(pi_old || pi), and so is its gradient;
-    beta defaults to cfg.kl_beta.
-    """
-    logratio = new_logprob - old_logprob
-    ratio = logratio.exp()
-    kl = (ratio - 1) - logratio
-
-    if cfg.norm_adv and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-    stats: dict[str, torch.Tensor] = {}
-    if cfg.variant == "kl":
-        beta = cfg.kl_beta if beta is None else beta
-        penalty = beta * kl.mean()
-        pg_loss = -(ratio * advantages).mean() + penalty
-        stats["kl_penalty"] = penalty.detach()
-    else:
-        pg_loss = _clipped_policy_loss(new_logprob, old_logprob, start_logprob, ratio, advantages, cfg)
-
-    if cfg.clip_vloss:
-        v_clipped = old_values + (new_values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
-        v_loss = 0.5 * torch.max((new_values - returns).pow(2), (v_clipped - returns).pow(2)).mean()
-    else:
-        v_loss = 0.5 * (new_values - returns).pow(2).mean()
-
-    entropy_mean = entropy.mean()
-    loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
-    with torch.no_grad():
-        step_logratio = logratio if start_logprob is None else new_logprob - start_logprob
-        step_ratio = step_logratio.exp()
-        clip_ratio = step_ratio if cfg.lag_decoupled else ratio  # around what the clip is centred
-        stats.update(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_mean.detach(),
-                     approx_kl=((step_ratio - 1) - step_logratio).mean(), approx_kl_sq=0.5 * step_logratio.pow(2).mean(),
-                     clip_fraction=((clip_ratio - 1).abs() > cfg.clip_coef).float().mean(), loss=loss.detach())
-        if start_logprob is not None:
-            stats["behaviour_kl"] = kl.mean()
-    return loss, stats
-
-
-def loss_statistics(cfg: PPOConfig, policy_lag: bool) -> tuple[str, ...]:
-    """The statistics ppo_loss reports under this config, in its order: asked of ppo_loss itself on a
-    two-sample batch, so that no list of them is kept anywhere else."""
-    x = torch.zeros(2)
-    return tuple(ppo_loss(x, x, x, x, x, x, x, cfg, start_logprob=x if policy_lag else None)[1])
-
-
-def _clipped_policy_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, start_logprob: torch.Tensor | None,
-                         ratio: torch.Tensor, advantages: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
-    """PPO's clipped surrogate; with ppo.lag_decoupled and a start policy, its decoupled form: the clip
-    around the start policy, each sample weighted by pi_start / pi_behaviour."""
-    if start_logprob is None or not cfg.lag_decoupled:
-        clipped = ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
-        return torch.max(-advantages * ratio, -advantages * clipped).mean()
-    step_ratio = (new_logprob - start_logprob).exp()
-    clipped = step_ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
-    weight = (start_logprob - old_logprob).exp()
-    if cfg.lag_weight_max > 0:  # V-trace's truncation (rho-bar)
-        weight = weight.clamp(max=cfg.lag_weight_max)
-    return (weight * torch.max(-advantages * step_ratio, -advantages * clipped)).mean()
+from learner.update.loss import loss_statistics, ppo_loss
+from learner.update.ranks import Ranks
+from learner.update.rates import adaptive_lr, kl_beta_update
+from learner.update.replay import chunks, evaluate, outputs_of, raw_values, replay_differences
 
 
 def _nan_unless_finite(loss: torch.Tensor) -> torch.Tensor:
@@ -135,85 +54,6 @@ class UpdateStart:
 def _split_sizes(n: int, parts: int) -> list[int]:
     """The sizes torch.tensor_split gives n items in `parts` parts."""
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
-
-
-def _raw(value_norm: ValueNormalizer | None, value: torch.Tensor | None) -> torch.Tensor | None:
-    """Critic outputs in return units: de-normalized with the statistics they were trained against."""
-    return value if value is None or value_norm is None else value_norm.denormalize(value)
-
-
-def evaluate(model: nn.Module, batch: dict[str, torch.Tensor], idx: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The model's log-probs, entropies and values for minibatch `idx`, and the rows of the batch's samples they
-    are for: idx itself, or with a recurrent core (data["sequences"]) the samples among the steps of sequences
-    `idx`, each replayed from its first state with its resets."""
-    sequences = batch.get("sequences")
-    if sequences is None:
-        return (*model.evaluate(batch["obs"][idx], batch["actions"][idx]), idx)
-    part = sequences.part(idx)
-    logprob, entropy, value = model.evaluate(part.obs, part.actions, state=part.state, starts=part.starts)
-    return logprob[part.keep], entropy[part.keep], value[part.keep], part.rows
-
-
-def chunks(batch: dict[str, torch.Tensor], parts: int):
-    """The batch's samples (a recurrent core's: its sequences) in `parts` minibatch-sized chunks, in order."""
-    sequences = batch.get("sequences")
-    n = batch["obs"].shape[0] if sequences is None else sequences.count()
-    return torch.arange(n, device=batch["actions"].device).tensor_split(parts) if n else ()
-
-
-@torch.no_grad()
-def outputs_of(model: nn.Module, batch: dict[str, torch.Tensor], parts: int, autocast
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every sample's log-prob and value (the critic's own units) under `model` as it is, in `parts`
-    minibatch-sized chunks, each under `autocast()`; a recurrent core's by replaying each sequence from its
-    stored state with its stored resets."""
-    n = batch["logprobs"].shape[0]
-    logprobs, values = (torch.empty(n, device=batch["logprobs"].device) for _ in range(2))
-    for idx in chunks(batch, parts):
-        with autocast():
-            logprob, _, value, rows = evaluate(model, batch, idx)
-        logprobs[rows], values[rows] = logprob.float(), value.float()
-    return logprobs, values
-
-
-def replay_differences(outputs: tuple[torch.Tensor, torch.Tensor], batch: dict[str, torch.Tensor],
-                       value_norm: ValueNormalizer | None, version: int | None, ranks: Ranks) -> dict[str, torch.Tensor]:
-    """Exact replay (a recurrent core), before the update's first step, the job's: the largest absolute
-    differences on any rank between the log-probs and values of `outputs` (outputs_of; None: a rank without
-    samples) and the acting policy's, over the samples the weights of `version` acted (Sequences.acted_by;
-    None: all, as without policy lag), and how many those are on every rank (replay_samples). Values in return
-    units, as stored: de-normalized with the statistics the acting critic used, not yet updated with this batch."""
-    found = torch.zeros(3, dtype=torch.float64, device=batch["logprobs"].device)
-    if outputs is not None:
-        pairs = [(outputs[0], batch["logprobs"]), (_raw(value_norm, outputs[1]), batch["values"])]
-        if version is not None:
-            exact = batch["sequences"].acted_by(version)
-            pairs = [(ours[exact], stored[exact]) for ours, stored in pairs]
-        if pairs[0][0].numel():
-            found = torch.stack([*((ours - stored).abs().max() for ours, stored in pairs),
-                                 found.new_tensor(float(pairs[0][0].numel()))]).double()
-    worst, samples = ranks.max_tensor(found[:2]), ranks.sum_tensor(found[2:])
-    return {"replay_logprob_max_diff": worst[0], "replay_value_max_diff": worst[1], "replay_samples": samples[0]}
-
-
-def kl_beta_update(beta: float, measured_kl: float, kl_target: float) -> float:
-    """PPO paper, section 4: halve beta below d_targ/1.5, double it above 1.5 d_targ, else keep it."""
-    if measured_kl < kl_target / 1.5:
-        beta = beta / 2
-    elif measured_kl > kl_target * 1.5:
-        beta = beta * 2
-    return min(max(beta, BETA_BOUNDS[0]), BETA_BOUNDS[1])
-
-
-def adaptive_lr(lr: float, kl: float, threshold: float, lr_min: float, lr_max: float) -> float:
-    """rl_games' KL-adaptive rule (applied after every epoch or minibatch, ppo.lr_adapt_every): divide by 1.5 when the KL exceeds twice
-    the threshold, multiply by 1.5 when it is under half of it, and stay within [lr_min, lr_max]."""
-    if kl > 2.0 * threshold:
-        lr = lr / 1.5
-    elif kl < 0.5 * threshold:
-        lr = lr * 1.5
-    return min(max(lr, lr_min), lr_max)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, ranks: Ranks | None = None) -> torch.Tensor:
@@ -325,9 +165,9 @@ class PPOUpdater:
             g, vn = out.pop("gae"), self.value_norm
             with self._autocast():  # the bootstrap and final observations
                 extra = self.model.value(g.extras[0], g.extra_states).float() if g.extras[0] is not None else None
-            out["values"], out["advantages"], out["returns"] = g.rerun(_raw(vn, values), _raw(vn, extra))
+            out["values"], out["advantages"], out["returns"] = g.rerun(raw_values(vn, values), raw_values(vn, extra))
         elif self.cfg.clip_vloss:
-            out["values"] = _raw(self.value_norm, values)
+            out["values"] = raw_values(self.value_norm, values)
         return out
 
     def update(self, batch: dict[str, torch.Tensor], progress: float,

@@ -5,9 +5,13 @@ exact replay (replay_logprob_max_diff, replay_value_max_diff) gives back what th
 sample the update's starting weights acted (replay_samples: all of them without lag)."""
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
-from tests.integration.cluster import assert_breakdown, metrics, run_launch
+from tests.integration.cluster import (assert_breakdown, endpoints, kill_group, launch, metrics, run_launch,
+                                       start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 POSITIONS = ("--config", "configs/cartpole-positions.toml", "--set", "ppo.update_epochs=2")
@@ -72,3 +76,53 @@ def test_resumed_with_two_collector_processes_the_first_rollout_is_acted_by_the_
     rows = metrics(run_dir)
     resumed = rows[len(first):]
     assert resumed and [r["replay_samples"] for r in resumed] == samples(rows)[len(first):], resumed
+
+
+def test_policy_lag_with_two_collector_processes_keeps_each_slots_state_across_the_switch(tmp_path):
+    """Lag and K processes together: each collector process serves the newer weights mid-rollout once the update
+    publishes them, keeping its slots' states; the samples the starting weights acted replay exactly."""
+    rows = replayed_run(tmp_path / "lag-two", 2048, "--set", "run.policy_lag=1", "--set", "cluster.collectors=2",
+                        *STATS, "--actors", "2", "--envs-per-actor", "4")
+    assert_breakdown(rows, collectors=2)
+    assert all(r["policy_lag"] == 1 for r in rows) and rows[0]["replay_samples"] == samples(rows)[0]
+    mixed = [r for r, n in zip(rows[1:], samples(rows)[1:]) if r["collection"]["lagged_share"] > 0
+             and 0 < r["replay_samples"] < n]
+    assert mixed, [(r["collection"]["lagged_share"], r["replay_samples"]) for r in rows]
+
+
+def test_an_actor_lost_on_collector_1_is_retired_a_joiner_takes_its_slots_and_every_replay_stays_exact(tmp_path):
+    """A retire inside a collector process with a core: the lost actor's columns are cut where its steps end
+    (their bootstrap states sent with the shard), the joiner's episodes start on that collector's slots, and
+    every update replays exactly what the acting policy gave (the unit tests of the collection show the slots'
+    states zeroed at the retire and the rejoin)."""
+    run_dir = tmp_path / "rejoin"
+    proc = launch(*POSITIONS, *STATS, "--set", "cluster.collectors=2", "--run-dir", str(run_dir), "--actors", "0",
+                  "--total-steps", "1000000", "--set", "cluster.min_envs=8", "--set", "cluster.actor_timeout_s=3")
+    actors = []
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        log = run_dir / "learner.log"
+        actors = [start_actor(address, "--envs", "4", "--name", "first")]
+        wait_for(lambda: "actor first joined" in log.read_text(), 60, "the first actor in", proc)
+        actors.append(start_actor(address, "--envs", "4", "--name", "second"))
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
+        os.killpg(actors[1].pid, signal.SIGKILL)  # "second" joined collector 1 (collector 0 had 4 slots)
+        wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 60, "the lost actor retired", proc)
+        actors.append(start_actor(address, "--envs", "4", "--name", "third"))
+        wait_for(lambda: metrics(run_dir)[-1]["actors"] == 2, 60, "the joiner in", proc)
+        joined = len(metrics(run_dir))
+        wait_for(lambda: len(metrics(run_dir)) >= joined + 2, 60, "two updates with the joiner", proc)
+        out = stop(proc)
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        kill_group(proc)
+    assert proc.returncode == 0, out[-3000:]
+    rows = metrics(run_dir)
+    events = [e for r in rows for e in r["events"]]
+    second = endpoints(run_dir)["collectors"][1]["address"]
+    assert any("actor second left: " in e for e in events) and any(
+        "third (4 envs) sent to " + second in e for e in events), events
+    for r in rows:
+        assert r["replay_logprob_max_diff"] < 1e-4 and r["replay_value_max_diff"] < 1e-3, r
+    assert [r["replay_samples"] for r in rows] == samples(rows)

@@ -65,6 +65,35 @@ def test_each_rollout_counts_from_its_own_start():
     assert (counts.wall_s, counts.messages, counts.waiting_actions_s, len(counts.batch_slots)) == (1.0, 0, 0.0, 0)
 
 
+def test_reports_that_came_in_before_the_rollout_began_count_from_its_start():
+    """Policy lag with collector processes: a collector may hold its share of the next rollout before that
+    rollout's counting begins; its groups' time before then belongs to the last rollout (the parts stay within
+    the rollout's env-slot time)."""
+    clock = Clock()
+    counters = RolloutCounters(clock)
+    early, parked = Group([0, 1], 99.0), Group([2, 3], 98.0)
+    clock.now = 100.5
+    counters.served([early], since=100.4)
+    clock.now = 101.0
+    counts = counters.finish(4, [parked])
+    assert counts.waiting_actions_s == pytest.approx(2 * 0.5) and counts.parked_end_s == pytest.approx(2 * 1.0)
+    assert counts.waiting_actions_s + counts.parked_end_s <= counts.env_slots * counts.wall_s
+
+
+def test_steps_between_a_rollouts_finish_and_the_next_ones_start_count_in_the_next():
+    """Policy lag in a collector process: between sending its shard and the pool's next Collect its groups go
+    on into the next rollout; their reports belong to that rollout's window, which runs from the finish."""
+    clock = Clock()
+    counters = RolloutCounters(clock)
+    clock.now = 101.0
+    counters.finish(2, [])
+    counters.message()
+    counters.served([Group([0, 1], 101.0)], since=101.1)
+    clock.now = 102.0
+    counts = counters.finish(2, [])
+    assert (counts.wall_s, counts.messages, len(counts.batch_slots)) == (1.0, 1, 1)
+
+
 def test_summary_adds_env_slot_time_over_collectors_and_gives_messages_per_second_each():
     one = RolloutCounts(2.0, 4, 100, 1.0, 2.0, np.array([4, 2], np.int32), np.array([0.001, 0.003], np.float32))
     two = RolloutCounts(4.0, 2, 40, 1.0, 0.0, np.array([2], np.int32), np.array([0.002], np.float32))

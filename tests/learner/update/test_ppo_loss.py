@@ -7,7 +7,9 @@ import torch
 
 from learner.config import ModelConfig, PPOConfig
 from learner.model.networks import build_model
-from learner.update.ppo import PPOUpdater, explained_variance, kl_beta_update, ppo_loss
+from learner.update.loss import ppo_loss
+from learner.update.ppo import PPOUpdater, explained_variance
+from learner.update.rates import kl_beta_update
 from protocol.spaces import SpaceSpec
 
 RATIO = np.array([1.0, 1.5, 0.5, 1.05])
@@ -244,7 +246,7 @@ def test_update_reads_its_statistics_from_the_device_once(monkeypatch, variant):
         original = getattr(torch.Tensor, name)
 
         def counted(self, *args, _name=name, _original=original, **kwargs):
-            if sys._getframe(1).f_code.co_filename.endswith(("learner/update/ppo.py", "learner/update/ranks.py")):
+            if sys._getframe(1).f_code.co_filename.endswith(tuple(f"learner/update/{m}.py" for m in ("ppo", "loss", "rates", "replay", "ranks"))):
                 reads.append(_name)
             return _original(self, *args, **kwargs)
         monkeypatch.setattr(torch.Tensor, name, counted)
@@ -287,13 +289,14 @@ def test_an_update_with_a_non_finite_step_is_dropped_and_leaves_every_state_as_i
 def test_a_statistic_the_loss_adds_is_averaged_and_returned_unlisted(monkeypatch, variant, lag):
     """Adding a statistic is one line in ppo_loss: the update asks the loss what it reports (loss_statistics)
     and averages each over the minibatches like the others (here a constant 2, so its mean is 2)."""
-    from learner.update import ppo
-    plain = ppo.ppo_loss
+    from learner.update import loss, ppo
+    plain = loss.ppo_loss
 
     def with_one_more(*args, **kwargs):
         loss, stats = plain(*args, **kwargs)
         return loss, {**stats, "a_new_statistic": torch.tensor(2.0)}
-    monkeypatch.setattr(ppo, "ppo_loss", with_one_more)
+    monkeypatch.setattr(loss, "ppo_loss", with_one_more)  # what loss_statistics asks
+    monkeypatch.setattr(ppo, "ppo_loss", with_one_more)   # what the update calls
     model = make_model()
     updater = PPOUpdater(model, PPOConfig(variant=variant, update_epochs=2, num_minibatches=2), "cpu", policy_lag=lag)
     stats = updater.update(make_batch(model), progress=0.0)

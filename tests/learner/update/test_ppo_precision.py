@@ -7,7 +7,8 @@ from pydantic import ValidationError
 
 from learner.config import ModelConfig, PPOConfig
 from learner.model.networks import build_model
-from learner.update.ppo import PPOUpdater, ppo_loss
+from learner.update.loss import ppo_loss
+from learner.update.ppo import PPOUpdater
 from protocol.spaces import SpaceSpec
 
 IMAGE = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")

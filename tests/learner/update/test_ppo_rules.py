@@ -10,7 +10,9 @@ from learner.config import ConfigError, PPOConfig, from_dict, lr_schedule
 from learner.update.ranks import Ranks
 from learner.model.normalize import RunningMeanStd, ValueNormalizer
 from learner.collection.inference import Inference
-from learner.update.ppo import PPOUpdater, adaptive_lr, ppo_loss
+from learner.update.loss import ppo_loss
+from learner.update.ppo import PPOUpdater
+from learner.update.rates import adaptive_lr
 from protocol.spaces import SpaceSpec
 from tests.learner.update.test_ppo_loss import make_batch, make_model
 
