@@ -13,8 +13,8 @@ The public surface:
 - the policy the actors are served with (learner/collection/inference.py): `Inference`, and `served_modules`
   (with policy lag, the snapshot it serves); `has_policy_lag`, the config's rule for that lag.
 
-Inside: collector.py (the core loop) and its helpers (observations, framestack, counters, start_wait,
-slot_owners); assembly.py, the one place a collection's parts are made; processes/, the process form.
+Inside: collector.py (the core loop) and its helpers (routes: which rollout each group's observation goes
+into; observations, framestack, counters, start_wait, slot_owners); assembly.py, the one place a collection's parts are made; processes/, the process form.
 """
 from __future__ import annotations
 

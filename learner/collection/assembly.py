@@ -17,6 +17,7 @@ import zmq
 from learner.config import Config
 from learner.collection.collector import Collector, CollectorSettings, NewerWeights
 from learner.collection.inference import Inference
+from learner.collection.routes import CloseRule
 from learner.gateway.admission import Admission
 from learner.gateway.gateway import Gateway, Listen, Offer
 from learner.gateway.registry import ActorRegistry
@@ -92,11 +93,12 @@ def collector_settings(cfg: Config, device: torch.device, frame_stack: int, in_p
 
 def assemble(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, policy: Inference,
              watchdog: Watchdog | None, link: DeviceLink, in_process: bool,
-             rows_for: Callable[[int], dict] | None = None, newer: NewerWeights | None = None) -> CollectionParts:
+             rows_for: Callable[[int], dict] | None = None, newer: NewerWeights | None = None,
+             quota: CloseRule | None = None) -> CollectionParts:
     """Registry, gateway and collector of one collection (the training process's, or a collector process's):
     the collector computes actions with `policy`, pets `watchdog`, copies through `link`; `rows_for`: a
     collector process's columns of the training process's shared rollout; `newer`: where it hears of newer
-    weights (policy lag)."""
+    weights (policy lag); `quota`: when a segments rollout is full (None: at the collector's own quota)."""
     c, setup = run.cfg.cluster, gateway_setup
     registry = ActorRegistry(admission=setup.admission)  # the gateway admits actors, the collector serves them
     redirect = setup.redirect_for(registry)
@@ -108,5 +110,5 @@ def assemble(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: Gate
     gateway = Gateway(listen, offer, registry=registry, redirect=redirect)
     settings = collector_settings(run.cfg, torch.device(run.device), spaces.frame_stack, in_process)
     collector = Collector(gateway, registry, policy, layout, settings, watchdog=watchdog, link=link,
-                          rows_for=rows_for, newer=newer)
+                          rows_for=rows_for, newer=newer, quota=quota)
     return CollectionParts(registry, gateway, collector, redirect)

@@ -16,13 +16,16 @@ columns in the same rollout (a fast actor gives more segments), and at the close
 segments are cut where their bootstrap is known (learner/rollout/buffer.py: close); their next observations start
 new segments in the next rollout, and an outcome that was in flight at the close is dropped (counted among the
 dropped samples). So no group waits for the slowest one at a rollout's end.
+
+Which rollout each group's observation is acted on in (the current one, a new segment of it, the next one, or
+none yet: parked), and those rollouts themselves, are its `Routes` (learner/collection/routes.py).
 """
 from __future__ import annotations
 
 import logging
 import time
 from itertools import chain
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -36,7 +39,8 @@ from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.gateway.gateway import Incoming
 from learner.collection.inference import Inference
-from learner.rollout.buffer import SEGMENT_ROOM, RolloutBuffer
+from learner.collection.routes import CloseRule, Routes, Waiting
+from learner.rollout.buffer import RolloutBuffer
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Stalled, Watchdog
@@ -67,29 +71,6 @@ class CollectorGateway(Protocol):
     def join_command(self, num_envs: int) -> str: ...
 
 
-@dataclass
-class Waiting:
-    """One actor group's newest observation, waiting for actions."""
-    actor: ActorEntry
-    group: int
-    slots: list[int]
-    obs: np.ndarray
-    episodes: list = field(default_factory=list)
-    buffer: RolloutBuffer | None = None  # the rollout its actions go into
-    fresh: bool = False  # its envs were just (re)started: a join, or a restart
-    restart: np.ndarray | None = None  # which envs start over (learner-side frame stacking: their stacks; a
-                                       # recurrent core: their state)
-    arrived: float = field(init=False, default=0.0)  # when it began waiting (its report's poll; a rollout's
-                                                     # start): see RolloutCounters
-
-
-def mark_fresh(w: Waiting) -> None:
-    """A group whose envs were just (re)started: its columns of the rollout it enters start fresh."""
-    if w.fresh:
-        w.buffer.fresh.update(w.buffer.columns(w.slots))
-        w.fresh = False
-
-
 @dataclass(frozen=True)
 class CollectorSettings:
     """How a collector runs its rollouts (made from the config in learner/collection/assembly.py).
@@ -111,32 +92,25 @@ class CollectorSettings:
 class Collector:
     def __init__(self, gateway: CollectorGateway, registry: ActorRegistry, policy: Inference, layout: Layout,
                  settings: CollectorSettings, watchdog: Watchdog | None = None, link: DeviceLink | None = None,
-                 rows_for=None, newer: NewerWeights | None = None):
+                 rows_for=None, newer: NewerWeights | None = None, quota: CloseRule | None = None):
         """`registry` is the gateway's (who is connected); `watchdog` is petted on every pass (the collector's
         loops are the learner's); `link` makes (and counts) the copies between the host rollouts and the
         device; `rows_for(width)`, in a collector process, gives the memory a rollout of `width` columns is
         written into (its columns of the shared rollout); `newer`: with policy lag, where newer weights are
-        heard of (see the module doc; deterministic runs never ask: the switch would hang on thread timing)."""
+        heard of (see the module doc; deterministic runs never ask: the switch would hang on thread timing);
+        `quota`: when a segments rollout is full (None: at its own quota; K collector processes: the job's)."""
         s = settings
-        device = s.device
         self.gateway, self.registry, self.policy = gateway, registry, policy
-        self.link = link or DeviceLink(device)
+        self.link = link or DeviceLink(s.device)
         self.observations = Observations(s.frame_stack, policy if policy.recurrent else None)
-        self.num_steps, self.device, self.layout = s.num_steps, device, layout
+        self.layout = layout
         self.actor_timeout_s, self.lockstep = s.actor_timeout_s, s.lockstep
-        self.waiting: dict[tuple[bytes, int], Waiting] = {}  # groups whose obs waits for inference
-        self.parked: dict[tuple[bytes, int], Waiting] = {}  # groups waiting for the next rollout
-        self.buffer: RolloutBuffer | None = None
-        self.next: RolloutBuffer | None = None  # collect_only: the rollout early groups went on into
         self.policy_lag, self.collect_only = s.policy_lag, s.collect_only
-        self.rows_for = rows_for
-        self.version = 0  # of the weights actions are computed with (given to each collect, or by newer)
-        self.newer = newer if s.policy_lag and not s.lockstep else None
-        self.flowing = False  # groups that finish go on into the next rollout
         self.segments = s.segments and not s.lockstep
-        self.dropping: set[int] = set()  # segments: slots whose outcome in flight at a close is not kept
+        self.routes = Routes(registry, layout, self.link, s.num_steps, self.segments, s.policy_lag, rows_for, quota)
+        self.pass_ms = self.routes.rule.pass_ms  # the longest wait for a message in a pass of a rollout
+        self.newer = newer if s.policy_lag and not s.lockstep else None
         self.lagged: int | None = None  # policy lag: this rollout's steps acted before newer weights served
-        self._older: RolloutBuffer | None = None
         self.rollouts = 0  # started so far (in this process)
         self.heard = 0.0  # when the last message from an actor arrived
         self.listened = None  # when the last poll ended (the gap to the next is the learner's, see _pump)
@@ -145,19 +119,37 @@ class Collector:
         self.counters = RolloutCounters()  # where the rollout's time goes (learner/collection/counters.py)
         self.counts: RolloutCounts | None = None  # the last complete rollout's
         self.handlers = {r.cls: getattr(self, r.handler) for r in m.TABLE if m.COLLECTOR in r.by}  # type -> method
-        self.start_wait = StartWait(self.parked_slots, lambda: self._pump(100), self._waiting_on,
+        self.start_wait = StartWait(self.routes.parked_slots, lambda: self._pump(100), self._waiting_on,
                                     gateway.join_command, s.actor_timeout_s, s.startup_timeout_s,
                                     s.no_actors_timeout_s)
 
-    def parked_slots(self) -> int:
-        return sum(len(w.slots) for w in self.parked.values())
+    @property
+    def version(self) -> int:
+        """Of the weights actions are computed with (given to each collect, or by newer)."""
+        return self.routes.version
+
+    @property
+    def buffer(self) -> RolloutBuffer | None:
+        return self.routes.buffer
+
+    @property
+    def next(self) -> RolloutBuffer | None:
+        return self.routes.next
+
+    @property
+    def waiting(self) -> dict:
+        return self.routes.waiting
+
+    @property
+    def parked(self) -> dict:
+        return self.routes.parked
 
     def pump(self, timeout_ms: int) -> int:
         """Between rollouts (a collector process waiting for its next one): admit joiners and their first
         reports, hear goodbyes, check liveness. Returns the env slots ready for the next rollout (with
         collect_only, those already in it too)."""
         self._pump(timeout_ms)
-        return self.parked_slots() + (self.next.env_slots() if self.next is not None else 0)
+        return self.routes.parked_slots() + (self.next.env_slots() if self.next is not None else 0)
 
     def collect(self, min_envs: int, should_stop, version: int = 0, admit_first: bool = True) -> RolloutBuffer | None:
         """Start a rollout once `min_envs` env slots are ready and run it until complete; None when asked to
@@ -169,70 +161,37 @@ class Collector:
         With policy lag `newer` is asked at the start and once a pass until it answers (the update reading the
         buffer the next rollout reuses is then done); from then on groups that finish this rollout go on into the
         next (from the first step when it answers at the start: none of the rollout's steps is lagged)."""
-        self.version, self.flowing, self.lagged = max(version, self.version), self.collect_only, None
-        if self.newer is not None and (newest := self.newer.newer(self.version)) is not None:
-            self.version, self.flowing, self.lagged = newest, True, 0  # newer weights serve from the first step
+        version, flowing, self.lagged = max(version, self.version), self.collect_only, None
+        if self.newer is not None and (newest := self.newer.newer(version)) is not None:
+            version, flowing, self.lagged = newest, True, 0  # newer weights serve from the first step
+        self.routes.serve(version, flowing)
         if self.next is not None:  # groups already went on into it while the last one finished
-            self._older, self.buffer, self.next = self.buffer, self.next, None
-            self.buffer.set_version(self.version)  # its counting began at the last rollout's finish
+            self.routes.advance()  # its counting began at the last rollout's finish
         else:
             if min_envs == 0 and admit_first:  # admit what has arrived (handshakes, first reports), not waiting:
                 self._pump(0)  # parked actors send nothing more, so a wait here was a whole timeout per rollout
             if not self.start_wait.until(min_envs, should_stop, first=self.rollouts == 0):
                 return None
             self.counters.begin()
-            self._start_rollout()
+            self.routes.start(self.counters.started)
+            self._infer()
         self.rollouts += 1
         self.heard = time.monotonic()
-        while not self._filled():
+        while not self.routes.filled():
             if should_stop():
                 return None
-            self._pump(100)
-            if not self.flowing and self.newer is not None:
+            self._pump(self.pass_ms)
+            if not self.routes.flowing and self.newer is not None:
                 self._ask_newer()
-            if time.monotonic() - self.heard > self.actor_timeout_s and not self._filled():
+            if time.monotonic() - self.heard > self.actor_timeout_s and not self.routes.filled():
                 self._check_stall()
         if self.segments:
-            self._close()
+            self.routes.close()
         self.counts = self.counters.finish(self.buffer.env_slots(), [w for w in self.parked.values() if not w.fresh])
         self.counts.acted_steps = acted = sum(self.buffer.acted)
         if self.policy_lag:  # one version behind: before newer answered (all if it never did, but in a first rollout)
             self.counts.lagged_steps = self.lagged if self.lagged is not None else 0 if self.rollouts == 1 else acted
         return self.buffer
-
-    def _filled(self) -> bool:
-        """Every column done (a column per env slot), or with segments the rollout full (or out of room)."""
-        return self.buffer.is_complete() or self.buffer.is_full()
-
-    def _close(self) -> None:
-        """Segments: the full rollout's unfinished segments end here; the groups waiting to act into it go on
-        into the next rollout (or park for it), and outcomes in flight to it are dropped when they come."""
-        buf = self.buffer
-        self.dropping.update(buf.close())
-        for key, w in list(self.waiting.items()):
-            if w.buffer is buf:
-                del self.waiting[key]
-                self._aim(key, w, self._open_rollout(w.slots))
-
-    def _open_rollout(self, slots: list[int]) -> RolloutBuffer | None:
-        """Segments: the rollout these slots act into next: the one after the current, if started; else the
-        current one while it is open and has room; None: they park for the next rollout."""
-        if self.next is not None and slots[0] in self.next.column:
-            return self.next
-        buf = self.buffer
-        if buf is None or buf.closed:
-            return None
-        if slots[0] in buf.column and buf.wants_action(buf.column[slots[0]]):
-            return buf
-        return buf if buf.open_columns(slots) else None
-
-    def _aim(self, key, w: "Waiting", target: RolloutBuffer | None) -> None:
-        """A group's observation waits for inference into `target`, or (None) parks for the next rollout."""
-        w.buffer = target
-        if target is None:
-            self.parked[key] = w
-        else:
-            self.waiting[key] = w
 
     def _check_stall(self) -> None:
         """Nothing arrived for actor_timeout_s mid-rollout. Unless some actor owes a report (liveness
@@ -248,42 +207,7 @@ class Collector:
     def _waiting_on(self, need: int) -> str:
         retired = self.gateway.retired
         last = f"; {len(retired)} retirements so far, the last: {next(reversed(retired.values()))}" if retired else ""
-        return f"{self.parked_slots()} env slots ready, {need} needed; {self.gateway.describe()}{last}"
-
-    def _start_rollout(self) -> None:
-        groups = sorted(self.parked.values(), key=lambda w: w.slots[0])
-        slots = [s for w in groups for s in w.slots]
-        reuse = self._older if self.policy_lag else self.buffer
-        self._older = self.buffer
-        self.buffer = self._rollout(slots, reuse)
-        for w in groups:
-            w.buffer, w.arrived = self.buffer, self.counters.started
-            mark_fresh(w)
-        self.waiting, self.parked = {(w.actor.actor_id, w.group): w for w in groups}, {}
-        self._infer()
-
-    def _start_next(self) -> None:
-        """Open the following rollout for the current one's live columns and every parked group."""
-        buf = self.buffer
-        live = {s for c, s in enumerate(buf.slots) if not buf.dead[c]}
-        slots = sorted(live.union(*(w.slots for w in self.parked.values())))  # parked: joiners, or done early
-        self.next = self._rollout(slots, self._older)
-        for key, w in self.parked.items():
-            w.buffer, w.arrived = self.next, self.listened
-            mark_fresh(w)
-            self.waiting[key] = w
-        self.parked = {}
-
-    def _rollout(self, slots: list[int], reuse: RolloutBuffer | None) -> RolloutBuffer:
-        """A rollout opening a column for each of `slots`; with segments, full at T steps per env slot connected
-        (or opening now), with room for SEGMENT_ROOM times as many columns."""
-        width = max(len(slots), self.registry.num_slots()) if self.segments else len(slots)
-        capacity = SEGMENT_ROOM * width if self.segments else 0
-        rows = None if self.rows_for is None else self.rows_for(max(capacity, len(slots)))
-        buf = RolloutBuffer(slots, self.num_steps, self.layout, self.device, reuse=reuse, link=self.link, rows=rows,
-                            capacity=capacity, quota=self.num_steps * width if self.segments else 0)
-        buf.set_version(self.version)
-        return buf
+        return f"{self.routes.parked_slots()} env slots ready, {need} needed; {self.gateway.describe()}{last}"
 
     def _pump(self, timeout_ms: int) -> None:
         """Admit what arrived, act on it, retire the silent. A gap of PAUSE_S or more since the last poll (an
@@ -325,19 +249,20 @@ class Collector:
     def on_step(self, actor: ActorEntry, report: m.StepReport) -> None:
         slots = actor.group_slots(report.group)
         key = (actor.actor_id, report.group)
+        routes = self.routes
         self.counters.message()
         if report.first:  # a new actor: it joins when the next rollout starts
             obs, restart = self.observations.observe(key, report)  # its episodes are counted when it is next inferred
-            self.parked[key] = Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart)
+            routes.aim(key, Waiting(actor, report.group, slots, obs, episodes_of(report), fresh=True, restart=restart),
+                       None)
             return
-        if self.dropping and slots[0] in self.dropping:  # segments: in flight at its rollout's close
-            self.dropping.difference_update(slots)
+        if routes.drops(slots):  # segments: in flight at its rollout's close
             obs, restart = self.observations.observe(key, report)
             item = Waiting(actor, report.group, slots, obs, episodes_of(report), restart=restart)
             item.arrived = self.listened
-            self._aim(key, item, self._open_rollout(slots))
+            routes.aim(key, item, routes.open_rollout(slots))
             return
-        buf = self._owed(slots[0])  # the rollout this step's outcome belongs to
+        buf = routes.owed(slots[0])  # the rollout this step's outcome belongs to
         if buf is None:  # the gateway admitted an outcome no rollout waits for
             self.gateway.retire(actor, f"step report for group {report.group} matches no actions sent")
             return
@@ -349,47 +274,27 @@ class Collector:
         obs, restart = self.observations.observe(key, report)
         if finished:
             self.observations.keep_bootstrap(buf, cols, obs, restart, slots)
-        target = self._following(buf, slots) if finished else buf  # where this obs is acted on
+        target = routes.following(buf, slots, self.listened) if finished else buf  # where this obs is acted on
         item = Waiting(actor, report.group, slots, obs, episodes_of(report), restart=restart)
         item.arrived = self.listened
-        self._aim(key, item, target)
+        routes.aim(key, item, target)
 
     def _ask_newer(self) -> None:
         """Policy lag: once newer weights serve, groups flow on (those parked already, at once)."""
         if (version := self.newer.newer(self.version)) is None:
             return
-        self.version, self.flowing, self.lagged = version, True, sum(self.buffer.acted)
-        self.buffer.set_version(version)
-        if self.parked:
-            self._start_next()
+        self.lagged = sum(self.buffer.acted)
+        if self.routes.switch(version, self.listened):
             self._infer()
 
-    def _following(self, buf: RolloutBuffer, slots: list[int]) -> RolloutBuffer | None:
-        """The rollout a group that finished `buf` goes on into at once: with segments `buf` itself while it has
-        room; the next one when flowing; else None: it is parked."""
-        if self.segments and not buf.closed and buf.open_columns(slots):
-            return buf
-        if not (self.flowing and buf is self.buffer):
-            return None
-        if self.next is None:
-            self._start_next()
-        return self.next if slots[0] in self.next.column else None
-
-    def _owed(self, slot: int) -> RolloutBuffer | None:
-        """The rollout holding an action for `slot` whose outcome has not arrived yet."""
-        for buf in (self.buffer, self.next):
-            if buf is not None and slot in buf.column and buf.completed[buf.column[slot]] < buf.acted[buf.column[slot]]:
-                return buf
-        return None
-
     def _infer(self) -> None:
-        if not self.waiting or self.buffer is None:
+        buf = self.buffer
+        if not self.waiting or buf is None:
             return
-        if self.lockstep and any(self.buffer.wants_action(c) and group_of(self.registry, self.buffer.slots[c]) not in self.waiting
-                                 for c in range(self.buffer.N)):
+        if self.lockstep and any(buf.wants_action(c) and group_of(self.registry, buf.slots[c]) not in self.waiting
+                                 for c in range(buf.N)):
             return
-        batch = sorted(self.waiting.values(), key=lambda w: w.slots[0])
-        self.waiting = {}
+        batch = self.routes.take_waiting()
         self._count_episodes(batch)
         since = time.monotonic()
         rows = (np.fromiter(chain.from_iterable(w.slots for w in batch), np.int64),  # a recurrent core's: each row's
@@ -420,14 +325,7 @@ class Collector:
             self._cut(actor)
 
     def _cut(self, actor: ActorEntry) -> None:
-        """An actor left: its groups stop waiting and its columns end where they are."""
-        for key in [k for k in (*self.waiting, *self.parked) if k[0] == actor.actor_id]:
-            self.waiting.pop(key, None)
-            self.parked.pop(key, None)
+        """An actor left: its groups stop waiting, its columns end where they are, its envs' state is forgotten."""
+        self.routes.forget(actor)
         self.observations.forget(actor.actor_id, actor.groups)
-        self.dropping.difference_update(actor.slots)
         self.policy.forget(actor.slots)  # a recurrent core's state of these slots
-        for buf in (self.buffer, self.next):
-            for slot in actor.slots if buf is not None else ():
-                if slot in buf.column:
-                    buf.mark_dead(buf.column[slot])

@@ -77,6 +77,8 @@ def admission_of(cfg: Config, spaces: Spaces, state_size: int = 0) -> Admission:
     could not fit."""
     c, p, obs = cfg.cluster, cfg.ppo, spaces.obs_space
     state = state_bytes(state_size, p.num_steps, p.bptt or p.num_steps)
+    # run.segments: SEGMENT_ROOM columns per env slot, with K collector processes too (each keeps that room for its
+    # own slots under the job-wide quota: docs/design.md, "Segments")
     rollouts = Admission.of(c.memory_budget_mb, c.max_envs_per_actor, cfg.num_envs, obs.shape, obs.dtype,
                             p.num_steps, state=state, columns=SEGMENT_ROOM if cfg.run.segments else 1)
     receive = ReceiveLimits.of(spaces.actor_obs_space, spaces.action_space, spaces.actor_env.env_id,

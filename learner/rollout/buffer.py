@@ -131,10 +131,11 @@ class RolloutBuffer:
         return not self.dead[col] and self.acted[col] < self.T
 
     def open_columns(self, slots: list[int]) -> bool:
-        """run.segments: new columns (consecutive) for these slots' next segments, if there is room and the
-        rollout is not full yet; False: there is not (the slots go on in the next rollout)."""
+        """run.segments: new columns (consecutive) for these slots' next segments, if there is room; False: there
+        is not (the slots go on in the next rollout). Whether the rollout is full already is the collector's
+        to ask first (its close rule: learner/collection/routes.py)."""
         n = len(slots)
-        if self.opened + n > self.N or self.is_full():
+        if self.opened + n > self.N:
             return False
         for i, slot in enumerate(slots, start=self.opened):
             self.slots[i], self.column[slot], self.dead[i] = slot, i, False

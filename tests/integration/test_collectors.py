@@ -9,10 +9,11 @@ import json
 import os
 import signal
 
+import numpy as np
 import pytest
 import zmq
 
-from tests.integration.cluster import (NO_RESTART, alive, assert_breakdown, assert_session_gone, curve_keys,
+from tests.integration.cluster import (NO_RESTART, ROOT, alive, assert_breakdown, assert_session_gone, curve_keys,
                                        curve_settings, endpoints, kill_group, launch, metrics, run_launch,
                                        start_actor, stop, wait_for)
 
@@ -194,6 +195,41 @@ def test_segments_opened_mid_episode_keep_one_frame_per_step_and_the_update_rebu
     assert len(rows) >= 14 and all(r["env_slots"] == 4 for r in rows)
     assert all(r["first_minibatch_ratio_max_dev"] < 1e-5 for r in rows), [r["first_minibatch_ratio_max_dev"] for r in rows]
     assert any(r["dropped_samples"] > 0 for r in rows), "no segment was cut at a close"
+
+
+def test_with_segments_two_collectors_close_at_the_jobs_quota_not_each_at_its_own(tmp_path, monkeypatch):
+    """run.segments with a fast actor on collector 0 and a slow one on collector 1 (4 envs each: SlowStepCartPole
+    at 2 ms and at 20 ms a step): a rollout is full once the two collectors' steps together make T x 8, so the fast
+    collector fills more than its own slots' T steps (a second segment per slot) and the slow one's share is cut
+    before its columns are done; closing each at its own quota (T x 4), the slow actor paced every rollout."""
+    run_dir, steps = tmp_path / "job-quota", 32
+    launch_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = launch(*TWO, "--config", "configs/cartpole.toml", "--run-dir", str(run_dir), "--actors", "0",
+                  "--total-steps", str(8 * 8 * steps), "--set", "run.segments=true", "--set", "cluster.min_envs=8",
+                  "--set", f"ppo.num_steps={steps}", "--set", "ppo.update_epochs=1",
+                  "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"', env=launch_env)
+    actors = []
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        log = run_dir / "learner.log"
+        monkeypatch.setenv("SLOW_STEP_S", "0.002")
+        actors.append(start_actor(address, "--envs", "4", "--name", "fast"))
+        wait_for(lambda: "actor fast joined" in log.read_text(), 60, "the fast actor in", proc)
+        monkeypatch.setenv("SLOW_STEP_S", "0.02")
+        actors.append(start_actor(address, "--envs", "4", "--name", "slow"))  # to collector 1: 0 slots there
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        kill_group(proc)
+    assert proc.returncode == 0, out[-3000:]
+    rows = metrics(run_dir)
+    events = [e for r in rows for e in r["events"]]
+    assert any("slow (4 envs) sent to " + _collectors(run_dir)[1]["address"] in e for e in events), events
+    messages = [r["collection"]["messages"] for r in rows]  # per collector: one per step of its 4 envs
+    fast, slow = np.median([m[0] for m in messages]), np.median([m[1] for m in messages])
+    assert fast > 1.25 * steps and slow < steps, messages  # past its own share; cut before its columns are full
+    assert all(r["env_slots"] == 8 for r in rows) and any(r["dropped_samples"] > 0 for r in rows), rows[-1]
 
 
 def test_two_learner_ranks_each_with_two_collectors(tmp_path):

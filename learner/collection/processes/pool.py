@@ -29,7 +29,8 @@ from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, has_pol
 from learner.collection.collection import Collection
 from learner.collection.counters import summarize
 from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, Strike, Width, describe_failure
-from learner.collection.processes.process import BEAT, BOARD_COLUMNS, READY, CollectorRole, CollectorSpec, collector_main
+from learner.collection.processes.board import BEAT, BOARD_COLUMNS, READY
+from learner.collection.processes.process import CollectorRole, CollectorSpec, collector_main
 from learner.collection.processes.shard import Shard, SharedRows, merge_shards
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes

@@ -1,10 +1,11 @@
 """One collector process of K (`cluster.collectors`): its own socket and share of the actors, receiving,
 validating, stacking and batched inference on the learner's device, its columns of each rollout in shared
-memory. The training process (learner/collection/processes/pool.py) drives it over a pipe, with the messages of
+memory (with run.segments filled until the K collectors' steps together make the job's quota: board.py's
+JobQuota). The training process (learner/collection/processes/pool.py) drives it over a pipe, with the messages of
 learner/collection/processes/pipe.py: it answers Ready once bound, Width when a rollout starts (and hears Rows: where its
 columns go), Done with its Shard, Stopped when told to stop mid-rollout, or Failed before exiting 1. Between
-rollouts it keeps pumping its socket (joiners, goodbyes, liveness) and posts on the shared board how many env
-slots it has ready and live.
+rollouts it keeps pumping its socket (joiners, goodbyes, liveness) and posts on the shared board
+(learner/collection/processes/board.py) how many env slots it has ready and live.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from learner.collection.assembly import GatewaySetup, RunOnRank, Spaces, assembl
 from learner.stalls import Stalled, Watchdog
 from learner.gateway.registry import ActorRegistry
 from learner.collection.inference import Inference
+from learner.collection.processes.board import ADMITTED, BEAT, READY, SLOTS, JobQuota
 from learner.collection.processes.pipe import (Close, Collect, Done, Failed, Know, Ready, Rows, Stopped, Strike, Width,
                                                PipeError, check)
 from learner.collection.slot_owners import actors_of
@@ -37,9 +39,6 @@ from protocol.processes import parent_alive
 from protocol.security import ServerKeys
 
 log = logging.getLogger("learner")
-READY, SLOTS, ADMITTED, BEAT = 0, 1, 2, 3  # the board's columns: env slots ready for the next rollout, live
-BOARD_COLUMNS = 4  # env slots, env slots ever handed out (joins so far, counted in envs), and the last sign of
-                   # life (CLOCK_MONOTONIC in ms, system-wide: the training process compares it with its own)
 IDLE_PUMP_MS = 50
 PARENT = "the training process"
 
@@ -203,8 +202,10 @@ class CollectorProcess:
                                      collector_env_base(cfg.run.seed, run.rank, role.index), role.admission,
                                      redirect_for=self._redirect_for,
                                      wake=conn.fileno())  # a command ends the idle pump's wait at once
+        quota = JobQuota(board, role.index, cfg.ppo.num_steps) if cfg.run.segments else None  # the job's, not its own
         parts = assemble(run, spec.spaces, spec.layout, gateway_setup, policy, self.watchdog, policy.link,
-                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None, newer=self.served)
+                         in_process=False, rows_for=self._rows_for if spec.shared_rows else None, newer=self.served,
+                         quota=quota)
         self.registry, self.gateway, self.collector = parts.registry, parts.gateway, parts.collector
         self.posted = None  # the registry's (actors joined so far, connected) when the board last heard
 

@@ -47,7 +47,7 @@ class Columns:
     final_obs: dict               # (t, column) -> last observation before a truncation
     bootstrap_states: dict        # a recurrent core's: the states those two are valued from, kept by the
     final_states: dict            # collector process that acted (empty without one)
-    quota: int = 0                # run.segments: the completed steps that made the rollout full (0: no quota)
+    quota: int = 0                # run.segments: its share of the job's quota, T x its env slots (0: none)
 
     @classmethod
     def of(cls, buf: RolloutBuffer) -> "Columns":

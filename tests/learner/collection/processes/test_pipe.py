@@ -9,7 +9,8 @@ import torch
 from learner.collection.assembly import RunOnRank, Spaces
 from learner.collection.processes.pipe import (FROM_COLLECTOR, TO_COLLECTOR, Close, Collect, Done, Failed, Know, PipeError,
                                      Ready, Rows, Width, check, describe_failure)
-from learner.collection.processes.process import BOARD_COLUMNS, CollectorRole, CollectorSpec, collector_main
+from learner.collection.processes.board import BOARD_COLUMNS
+from learner.collection.processes.process import CollectorRole, CollectorSpec, collector_main
 from learner.config import from_dict
 from learner.lifecycle.preflight import probe_spaces
 from learner.model.networks import build_model

@@ -1,7 +1,8 @@
 """A collector process's choices that need no process (learner/collection/processes/process.py): where a joiner goes."""
 import numpy as np
 
-from learner.collection.processes.process import ADMITTED, BOARD_COLUMNS, SLOTS, CollectorBalancer, redirect_chain
+from learner.collection.processes.board import ADMITTED, BOARD_COLUMNS, SLOTS
+from learner.collection.processes.process import CollectorBalancer, redirect_chain
 
 
 def test_a_joiner_goes_to_the_collector_with_the_fewest_slots_counting_those_on_their_way():
