@@ -11,17 +11,28 @@ import signal
 import pytest
 
 from learner.report.metrics import TIMING_FIELDS
-from tests.integration.cluster import (assert_breakdown, endpoints, kill_group, launch, metrics, run_launch,
+from tests.integration.cluster import (ROOT, assert_breakdown, endpoints, kill_group, launch, metrics, run_launch,
                                        start_actor, stop, wait_for)
 
 pytestmark = pytest.mark.integration
 POSITIONS = ("--config", "configs/cartpole-positions.toml", "--set", "ppo.update_epochs=2")
 STATS = ("--set", "normalize.obs=false")  # one set of observation statistics per process: refused with K processes
+# Policy lag: rollouts that outlast the update, however loaded the machine, so that the update ends mid-rollout and
+# each rollout holds steps acted both before and after it (CartPole with an LSTM, its steps 3 ms each of their
+# actor's time: a rollout ~0.4 s against an update of ~0.1 s; a fast env's rollout is over before the update is)
+SLOW_STEPS = ("--config", "configs/cartpole.toml", "--set", 'model.core="lstm"', "--set", "ppo.update_epochs=2",
+              "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"')
 
 
-def replayed_run(run_dir, steps: int, *args: str) -> list[dict]:
+@pytest.fixture
+def slow_steps(monkeypatch):
+    monkeypatch.setenv("SLOW_STEP_S", "0.003")  # the actors inherit it (tests/integration/slow_env.py)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+def replayed_run(run_dir, steps: int, *args: str, config: tuple[str, ...] = POSITIONS) -> list[dict]:
     """The run's metrics lines, once it ended by itself: its updates in order, each replay exact."""
-    result = run_launch(*POSITIONS, "--run-dir", str(run_dir), "--total-steps", str(steps), *args, timeout=90)
+    result = run_launch(*config, "--run-dir", str(run_dir), "--total-steps", str(steps), *args, timeout=90)
     assert result.returncode == 0, result.stdout[-3000:]
     rows = metrics(run_dir)
     assert [r["update"] for r in rows] == list(range(1, len(rows) + 1)) and rows[-1]["env_steps"] >= steps, rows
@@ -35,12 +46,12 @@ def samples(rows: list[dict]) -> list[int]:
     return [r["env_steps"] - (rows[i - 1]["env_steps"] if i else 0) for i, r in enumerate(rows)]
 
 
-def test_with_policy_lag_the_replay_is_exact_for_the_steps_the_starting_weights_acted(tmp_path):
+def test_with_policy_lag_the_replay_is_exact_for_the_steps_the_starting_weights_acted(tmp_path, slow_steps):
     """The update runs while the next rollout fills: that rollout's first steps are acted by the weights one
     version behind, the rest (once the update is done) by those the next update starts from, the slots' states
     kept across the switch. Replayed by those starting weights from the stored states, the samples they acted
     since their sequence or episode began come back exactly; the lagged ones are left out of the metric."""
-    rows = replayed_run(tmp_path / "lag", 2048, "--set", "run.policy_lag=1")
+    rows = replayed_run(tmp_path / "lag", 2048, "--set", "run.policy_lag=1", config=SLOW_STEPS)
     assert all(r["policy_lag"] == 1 for r in rows) and rows[0]["replay_samples"] == samples(rows)[0]
     mixed = [r for r, n in zip(rows[1:], samples(rows)[1:]) if r["collection"]["lagged_share"] > 0
              and 0 < r["replay_samples"] < n]  # some steps acted behind, some by the starting weights
@@ -79,11 +90,11 @@ def test_resumed_with_two_collector_processes_the_first_rollout_is_acted_by_the_
     assert resumed and [r["replay_samples"] for r in resumed] == samples(rows)[len(first):], resumed
 
 
-def test_policy_lag_with_two_collector_processes_keeps_each_slots_state_across_the_switch(tmp_path):
+def test_policy_lag_with_two_collector_processes_keeps_each_slots_state_across_the_switch(tmp_path, slow_steps):
     """Lag and K processes together: each collector process serves the newer weights mid-rollout once the update
     publishes them, keeping its slots' states; the samples the starting weights acted replay exactly."""
     rows = replayed_run(tmp_path / "lag-two", 2048, "--set", "run.policy_lag=1", "--set", "cluster.collectors=2",
-                        *STATS, "--actors", "2", "--envs-per-actor", "4")
+                        config=SLOW_STEPS)
     assert_breakdown(rows, collectors=2)
     assert all(r["policy_lag"] == 1 for r in rows) and rows[0]["replay_samples"] == samples(rows)[0]
     mixed = [r for r, n in zip(rows[1:], samples(rows)[1:]) if r["collection"]["lagged_share"] > 0
