@@ -151,14 +151,18 @@ def test_resume_and_policy_lag_with_two_collectors(tmp_path):
     assert rows[-1]["episodes"] > rows[7]["episodes"]
 
 
-def test_with_policy_lag_each_collector_serves_newer_weights_mid_rollout_and_trains_on(tmp_path):
+def test_with_policy_lag_each_collector_serves_newer_weights_mid_rollout_and_trains_on(tmp_path, monkeypatch):
     """Issue 62: with collector processes the weights of the update that runs while a rollout fills reach
     the collectors as soon as it is done, mid-rollout (some rollouts' steps are partly one version behind, partly
-    not: before, a collector switched only between rollouts), and the run trains to its end."""
+    not: before, a collector switched only between rollouts), and the run trains to its end. The env's steps take
+    2 ms (SlowStepCartPole), so that a rollout outlasts the update however loaded the machine is."""
     run_dir = tmp_path / "lag_flow"
+    monkeypatch.setenv("SLOW_STEP_S", "0.002")  # the actors inherit it (tests/integration/slow_env.py)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
     result = run_launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "2", "--envs-per-actor", "4",
                         "--total-steps", "4096", "--set", "ppo.num_steps=32", "--set", "run.policy_lag=1",
-                        "--set", "ppo.update_epochs=2", timeout=120)
+                        "--set", "ppo.update_epochs=2",
+                        "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"', timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
     rows = metrics(run_dir)
     assert [r["update"] for r in rows] == list(range(1, 17)) and all(r["policy_lag"] == 1 for r in rows)
