@@ -186,10 +186,14 @@ def plot(records: dict[int, list[dict]], target: float, title: str, out: Path) -
 
 
 def publish(args: argparse.Namespace) -> Path:
-    records = seed_records(args)
+    """The entry over the seeds whose runs have ended (target, budget or --max-hours); a seed still running or
+    not started yet is named as such and not counted (a partial entry, --publish-only while seeds run)."""
+    logged = seed_records(args)
+    records = {s: rows for s, rows in logged.items() if seed_ended(args, s)}
     if not records:
-        raise SystemExit(f"no seed of {args.name} has logged yet (under {args.runs / args.name})")
-    spread = aggregate(records, args.target, args.marks, runs=len(args.seeds))
+        raise SystemExit(f"no seed of {args.name} has ended yet (under {args.runs / args.name})")
+    pending = [s for s in args.seeds if s not in records]
+    spread = aggregate(records, args.target, args.marks, runs=len(records))
     for seed in spread["seeds"]:
         seed["evaluation"] = seed_evaluation(args, seed["seed"])
     spec = f"{min(args.seeds)}-{max(args.seeds)}" if len(args.seeds) > 1 else str(args.seeds[0])
@@ -198,11 +202,13 @@ def publish(args: argparse.Namespace) -> Path:
     first = seed_dir(args, min(records))
     command = f"python benchmarks/learning_seeds.py {' '.join(sys.argv[1:])}"
     summary = {"name": args.name, "recipe": args.recipe, "launch_args": args.launch_args, "command": command,
-               "date": dt.date.today().isoformat(), "machine": machine(), "commit": commit(), **spread}
+               "date": dt.date.today().isoformat(), "machine": machine(), "commit": commit(), **spread,
+               "pending": pending}
     (entry / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (entry / "README.md").write_text(f"# {args.name}: {len(records)} of {len(args.seeds)} seeds, target "
+    (entry / "README.md").write_text(f"# {args.name}: {len(records)} of {len(args.seeds)} seeds ended, target "
                                      f"{args.target:g}\n\n`{command}`\n\n{summary['machine']}, commit "
-                                     f"{summary['commit']}\n\n{markdown_table(spread)}\n\n![curves](plot.png)\n")
+                                     f"{summary['commit']}\n\n{_pending_line(pending, logged)}"
+                                     f"{markdown_table(spread)}\n\n![curves](plot.png)\n")
     shutil.copy(first / "config.toml", entry / "config.toml")
     for seed in records:
         with open(seed_dir(args, seed) / "metrics.jsonl", "rb") as src, \
@@ -211,6 +217,15 @@ def publish(args: argparse.Namespace) -> Path:
     plot(records, args.target, f"{args.name}: {spread['reached']} of {spread['runs']} seeds reached "
          f"{args.target:g} by {args.max_steps:,} agent steps", entry / "plot.png")
     return entry
+
+
+def _pending_line(pending: list[int], logged: dict[int, list[dict]]) -> str:
+    """A partial entry's note of the seeds it does not count yet (empty when every seed ended)."""
+    if not pending:
+        return ""
+    named = [f"seed {s} ({logged[s][-1]['env_steps']:,} agent steps so far)" if s in logged else f"seed {s} (not "
+             f"started)" for s in pending]
+    return f"Partial: not counted below until their runs end: {', '.join(named)}.\n\n"
 
 
 def main(argv=None) -> int:
