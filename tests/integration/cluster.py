@@ -177,3 +177,28 @@ def assert_breakdown(records: list[dict], collectors: int) -> None:
 
 
 NO_RESTART = "--max-learner-restarts"  # with "0": a learner that ends abnormally ends the run (as before issue 43)
+
+
+def lose_and_replace_the_actor_of_collector_1(proc: subprocess.Popen, run_dir: Path, updates_after: int = 0) -> str:
+    """With cluster.collectors = 2 and no actors of the launcher's own: "first" joins (collector 0), "second"
+    (collector 1, the least loaded), two updates, second killed and retired, "third" joins in its place, then
+    `updates_after` more updates; the run is stopped. Returns its output; every actor is cleaned up."""
+    actors = []
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        log = run_dir / "learner.log"
+        actors = [start_actor(address, "--envs", "4", "--name", "first")]
+        wait_for(lambda: "actor first joined" in log.read_text(), 60, "the first actor in", proc)
+        actors.append(start_actor(address, "--envs", "4", "--name", "second"))
+        wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
+        os.killpg(actors[1].pid, signal.SIGKILL)  # "second" joined collector 1 (collector 0 had 4 slots)
+        wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 60, "the lost actor retired", proc)
+        actors.append(start_actor(address, "--envs", "4", "--name", "third"))
+        wait_for(lambda: metrics(run_dir)[-1]["actors"] == 2, 60, "the joiner in", proc)
+        joined = len(metrics(run_dir))
+        wait_for(lambda: len(metrics(run_dir)) >= joined + updates_after, 60, "updates with the joiner", proc)
+        return stop(proc)
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        kill_group(proc)

@@ -14,8 +14,9 @@ import pytest
 import zmq
 
 from tests.integration.cluster import (NO_RESTART, ROOT, alive, assert_breakdown, assert_session_gone, curve_keys,
-                                       curve_settings, endpoints, kill_group, launch, metrics, run_launch,
-                                       start_actor, stop, wait_for)
+                                       curve_settings, endpoints, kill_group, launch,
+                                       lose_and_replace_the_actor_of_collector_1, metrics, run_launch, start_actor,
+                                       stop, wait_for)
 
 pytestmark = pytest.mark.integration
 TWO = ("--set", "cluster.collectors=2")
@@ -64,23 +65,7 @@ def test_an_actor_lost_on_collector_1_is_retired_and_a_joiner_takes_its_place(tm
     run_dir = tmp_path / "rejoin"
     proc = launch(*CARTPOLE, *TWO, "--run-dir", str(run_dir), "--actors", "0", "--total-steps", "100000",
                   "--set", "cluster.min_envs=8", "--set", "cluster.actor_timeout_s=3", "--set", "ppo.num_steps=32")
-    actors = []
-    try:
-        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        log = run_dir / "learner.log"
-        actors = [start_actor(address, "--envs", "4", "--name", "first")]
-        wait_for(lambda: "actor first joined" in log.read_text(), 60, "the first actor in", proc)
-        actors.append(start_actor(address, "--envs", "4", "--name", "second"))
-        wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
-        os.killpg(actors[1].pid, signal.SIGKILL)  # "second" joined collector 1 (collector 0 had 4 slots)
-        wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 60, "the lost actor retired", proc)
-        actors.append(start_actor(address, "--envs", "4", "--name", "third"))
-        wait_for(lambda: metrics(run_dir)[-1]["actors"] == 2, 60, "the joiner in", proc)
-        out = stop(proc)
-    finally:
-        for actor in actors:
-            kill_group(actor)
-        kill_group(proc)
+    out = lose_and_replace_the_actor_of_collector_1(proc, run_dir)
     assert proc.returncode == 0, out[-3000:]
     events = [e for r in metrics(run_dir) for e in r["events"]]
     second = _collectors(run_dir)[1]["address"]

@@ -5,14 +5,11 @@ exact replay (replay_logprob_max_diff, replay_value_max_diff) gives back what th
 sample the update's starting weights acted (replay_samples: all of them without lag)."""
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 from learner.report.metrics import TIMING_FIELDS
-from tests.integration.cluster import (ROOT, assert_breakdown, endpoints, kill_group, launch, metrics, run_launch,
-                                       start_actor, stop, wait_for)
+from tests.integration.cluster import (ROOT, assert_breakdown, endpoints, launch,
+                                       lose_and_replace_the_actor_of_collector_1, metrics, run_launch)
 
 pytestmark = pytest.mark.integration
 POSITIONS = ("--config", "configs/cartpole-positions.toml", "--set", "ppo.update_epochs=2")
@@ -110,25 +107,7 @@ def test_an_actor_lost_on_collector_1_is_retired_a_joiner_takes_its_slots_and_ev
     run_dir = tmp_path / "rejoin"
     proc = launch(*POSITIONS, *STATS, "--set", "cluster.collectors=2", "--run-dir", str(run_dir), "--actors", "0",
                   "--total-steps", "1000000", "--set", "cluster.min_envs=8", "--set", "cluster.actor_timeout_s=3")
-    actors = []
-    try:
-        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        log = run_dir / "learner.log"
-        actors = [start_actor(address, "--envs", "4", "--name", "first")]
-        wait_for(lambda: "actor first joined" in log.read_text(), 60, "the first actor in", proc)
-        actors.append(start_actor(address, "--envs", "4", "--name", "second"))
-        wait_for(lambda: len(metrics(run_dir)) >= 2, 120, "two updates", proc)
-        os.killpg(actors[1].pid, signal.SIGKILL)  # "second" joined collector 1 (collector 0 had 4 slots)
-        wait_for(lambda: any(r["actors"] == 1 for r in metrics(run_dir)), 60, "the lost actor retired", proc)
-        actors.append(start_actor(address, "--envs", "4", "--name", "third"))
-        wait_for(lambda: metrics(run_dir)[-1]["actors"] == 2, 60, "the joiner in", proc)
-        joined = len(metrics(run_dir))
-        wait_for(lambda: len(metrics(run_dir)) >= joined + 2, 60, "two updates with the joiner", proc)
-        out = stop(proc)
-    finally:
-        for actor in actors:
-            kill_group(actor)
-        kill_group(proc)
+    out = lose_and_replace_the_actor_of_collector_1(proc, run_dir, updates_after=2)
     assert proc.returncode == 0, out[-3000:]
     rows = metrics(run_dir)
     events = [e for r in rows for e in r["events"]]
