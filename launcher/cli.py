@@ -27,7 +27,8 @@ from launcher.restarts import LearnerRestarts, RestartPolicy
 from launcher.take_run_dir import check_fresh, default_run_dir, take_run_dir, undo_refused
 from launcher.stops import StopRequests
 from learner import config_docs
-from learner.config import Config, ConfigError, Device, check_resume, field_docs, load, with_topology
+from learner.config import Config, ConfigError, Device, field_docs, load, with_topology
+from learner.config_rules import check_resume
 from learner.lifecycle.process import EXIT_REFUSED
 from learner.lifecycle.run_lock import RUN_UMASK, RunDirForeign, RunDirHeld, check_owned, refuse_if_held
 from protocol.files import WriteFailed

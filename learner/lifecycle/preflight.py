@@ -10,7 +10,8 @@ import torch
 
 from actor.envs import describe_spaces, make_env
 from learner.collection import Spaces
-from learner.config import Config, ConfigError, check_multi_rank
+from learner.config import Config, ConfigError
+from learner.config_rules import check_multi_rank
 from learner.gateway.admission import Admission, check_run_fits, state_bytes
 from learner.gateway.receive import ReceiveLimits
 from learner.rollout.buffer import SEGMENT_ROOM
