@@ -35,19 +35,25 @@ def _finite_number(value) -> bool:
 
 
 class TensorBoardSink:
-    """RUN_DIR/tb: one scalar per numeric metric (step = env_steps) and the resolved config as text."""
+    """RUN_DIR/tb: one scalar per numeric metric (step = env_steps) and the resolved config as text.
+
+    An update's scalars go as one event (one Summary of many values, as TensorBoard's own writers may write):
+    add_scalar per key built ~70 events per update, 3.4 ms of the training loop's serial time on 2 cores,
+    against ~0.3 ms for one."""
 
     def __init__(self, run_dir: Path, cfg=None, flush_secs: int = 30):
-        from torch.utils.tensorboard import SummaryWriter  # here: optional; ImportError without tensorboard
+        from tensorboard.compat.proto.summary_pb2 import Summary  # here: optional; ImportError without tensorboard
+        from torch.utils.tensorboard import SummaryWriter
+        self.summary = Summary
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), flush_secs=flush_secs)
         if cfg is not None:
             # Markdown: four-space indentation keeps the TOML monospaced in TensorBoard's text tab.
             self.writer.add_text("config", "\n".join("    " + line for line in to_toml(cfg).splitlines()))
 
     def write(self, record: dict) -> None:
-        step = record.get("env_steps")
-        for key, value in numeric(record).items():
-            self.writer.add_scalar(key, value, global_step=step)
+        values = [self.summary.Value(tag=key, simple_value=value) for key, value in numeric(record).items()]
+        if values:
+            self.writer.file_writer.add_summary(self.summary(value=values), global_step=record.get("env_steps"))
 
     def close(self) -> None:
         self.writer.close()

