@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 PARTS = ("with_actors", "waiting_actions", "parked_end")
-PHASES = ("batch", "update", "join", "publish", "report", "other")  # learner/main.py's serial phases, in order
+PHASES = ("batch", "update", "join", "publish", "gather", "report", "other")  # learner/main.py's serial phases, in order
 PART_NAMES = {"with_actors": "with the actors (env step + transport)", "waiting_actions": "waiting for actions",
               "parked_end": "parked at the rollout's end"}
 

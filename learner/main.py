@@ -36,7 +36,7 @@ from learner.update.ppo import PPOUpdater
 from learner.update.heap import UpdateHeap
 from learner.update.runner import UpdateRunner
 from learner.update.finite import NonFinite, NonFiniteWeights, check_finite
-from learner.update.ranks import RanksLost, checksum, env_rank
+from learner.update.ranks import RanksLost, checksum, checksum_from_int, checksum_to_int, env_rank
 from learner.gateway.placement import advertised_address, local_slots_of_rank, min_envs_of_rank, rank_address
 from learner.weights import checkpoint
 from learner.weights.checkpointing import Checkpointing, Learned
@@ -309,10 +309,10 @@ class Learner:
         self.state["version"] = self.scheduler.version
         self.publisher.publish(self.weights, self.state["version"])
         self.serial.mark("publish")
-        for ret, length in self.ranks.gather_pairs(self.collection.take_episodes()):
+        gathered, episodes = self._gather(job)  # the collector processes' weights are published in it
+        for ret, length in episodes:
             self.episodes.add(ret, int(length))
-        gathered = self._gather(job)  # the collector processes' weights are published in it
-        self.serial.mark("publish")
+        self.serial.mark("gather")  # the job's episodes and counts from every rank; the collectors' weights
         if self.ranks.main:
             self.reporter.write(job, stats, gathered, interval, self.state, self.since, self.serial.last)
         else:
@@ -321,18 +321,21 @@ class Learner:
             self._save_checkpoint(job.update, job.env_steps)
         self.serial.mark("report")  # the metrics line, a checkpoint
 
-    def _gather(self, job: Job) -> Gathered:
-        """Every rank's part of the job's metrics line (collectives: every rank calls this)."""
-        ranks, collection = self.ranks, self.collection
-        widths = ranks.gather_ints(job.batch.width if job.batch else 0)
-        actors = ranks.gather_ints(collection.actors())
-        rank_slots = ranks.gather_ints(collection.live_slots())
-        collection.after_update(self.state["version"], rank_slots if ranks.distributed else None)
-        sums = ranks.gather_strings(checksum(self.model)) if ranks.distributed else None
+    def _gather(self, job: Job) -> tuple[Gathered, list[tuple[float, float]]]:
+        """Every rank's part of the job's metrics line, and the job's finished episodes: two collectives (every
+        rank calls this), its counts and weights checksum in one, the episodes in the other."""
+        ranks, collection, batch = self.ranks, self.collection, job.batch
+        episodes = collection.take_episodes()
+        digest = checksum_to_int(checksum(self.model)) if ranks.distributed else 0
         # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
-        rejected, dropped = map(int, ranks.sum([collection.rejected(), job.batch.dropped if job.batch else 0]))
+        rows = ranks.gather_int_rows([batch.width if batch else 0, collection.actors(), collection.live_slots(),
+                                      collection.rejected(), batch.dropped if batch else 0, len(episodes), digest])
+        widths, actors, rank_slots, rejected, dropped, counts, digests = map(list, zip(*rows))
+        collection.after_update(self.state["version"], rank_slots if ranks.distributed else None)
+        sums = [checksum_from_int(d) for d in digests] if ranks.distributed else None
         events = collection.take_events()  # on every rank: the list stays bounded
-        return Gathered(widths, actors, sums, rejected, dropped, events)
+        return (Gathered(widths, actors, sums, sum(rejected), sum(dropped), events),
+                ranks.gather_pairs(episodes, counts))
 
     def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:
         return self.checkpoints.save(update, env_steps, self.reporter.score() if self.reporter else None)

