@@ -3,11 +3,17 @@
 With `policy_lag` (Cleanba's one update of policy lag) it runs in a thread: torch releases the GIL in its kernels, so the
 update overlaps the collector's message handling. Only the training model is touched here; actors are
 served by a separate copy that the learner refreshes between rollouts.
+
+The thread is started once and handed each update through a queue: starting a thread per update held the
+training loop 2-5 ms each time (Thread.start waits until the new thread runs, and the new thread keeps the
+interpreter lock through the update's first Python, up to the 5 ms switch interval), all of it serial time with
+the actors waiting.
 """
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from typing import Callable
@@ -36,7 +42,10 @@ class UpdateRunner:
         self.say_after_s, self.deadline_s = say_after_s, deadline_s
         self.slowest = 0.0  # seconds, the longest update so far
         self.took_s = 0.0  # seconds, the last update's own run (read after result())
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # policy lag: the update's thread, started with the first
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # its updates to run
+        self._done = threading.Event()  # set once the update handed to the thread is done
+        self._pending = False  # an update was handed to the thread and its result() not read yet
         self._stats: dict = {}
         self._error: BaseException | None = None
         # readable from the moment a threaded update is done until result(): a wait on other files (a collector
@@ -60,9 +69,12 @@ class UpdateRunner:
         nothing to learn (collect-only); result() then gives empty stats."""
         if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
-            self._thread = threading.Thread(target=self._run_and_say, args=(batch, progress, version),
-                                            name="ppo-update", daemon=True)
-            self._thread.start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="ppo-update", daemon=True)
+                self._thread.start()
+            self._done.clear()
+            self._pending = True
+            self._jobs.put((batch, progress, version))
             return
         torch.set_num_threads(self.threads)
         self._run(batch, progress, version)
@@ -70,16 +82,20 @@ class UpdateRunner:
 
     def running(self) -> bool:
         """An update is running in its thread (policy lag): result() would wait for it."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._pending and not self._done.is_set()
 
-    def _run_and_say(self, batch: dict | None, progress: float, version: int | None) -> None:
-        self._run(batch, progress, version)
-        os.write(self._done_w, b"!")  # done_fd readable
+    def _serve(self) -> None:
+        """The update's thread: runs each update handed to it, for the process's life (a daemon)."""
+        while True:
+            batch, progress, version = self._jobs.get()
+            self._run(batch, progress, version)
+            self._done.set()
+            os.write(self._done_w, b"!")  # done_fd readable
 
     def result(self) -> dict:
-        if self._thread is not None:
-            self._join(self._thread)
-            self._thread = None
+        if self._pending:
+            self._join()
+            self._pending = False
             while _read_some(self.done_fd):
                 pass
         if self._error is not None:
@@ -91,18 +107,16 @@ class UpdateRunner:
         """Seconds an update may take before it is taken for hung."""
         return max(self.deadline_s, 10 * self.slowest)
 
-    def _join(self, thread: threading.Thread) -> None:
-        """Wait for the update's thread (policy lag): a log line if it is slow, Stalled with its stack if it never ends."""
-        thread.join(self.say_after_s)
-        if not thread.is_alive():
+    def _join(self) -> None:
+        """Wait for the update in its thread (policy lag): a log line if it is slow, Stalled with its stack if it never ends."""
+        if self._done.wait(self.say_after_s):
             return
         deadline = self.deadline()
         log.warning("the update is still running %.0fs after the rollout finished (slowest so far %.1fs); "
                     "waiting up to %.0fs", self.say_after_s, self.slowest, deadline)
-        thread.join(max(deadline - self.say_after_s, 0.0))
-        if thread.is_alive():
+        if not self._done.wait(max(deadline - self.say_after_s, 0.0)):
             raise Stalled(f"the update did not finish within {deadline:g}s of the rollout; it is at:\n"
-                          f"{thread_stack(thread)}")
+                          f"{thread_stack(self._thread)}")
 
 
 def _read_some(fd: int) -> bool:

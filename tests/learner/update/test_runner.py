@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -57,7 +58,7 @@ def test_running_says_whether_result_would_wait_and_result_may_be_read_twice():
     runner.start({}, 0)
     assert runner.running()
     updater.release.set()
-    runner._thread.join(30)
+    assert select.select([runner.done_fd], [], [], 30)[0] == [runner.done_fd]
     assert not runner.running()
     assert runner.result() == {"loss": 1.5} and runner.result() == {"loss": 1.5}
 
@@ -177,7 +178,6 @@ def test_the_update_heap_is_tuned_for_a_cpu_update_only():
 def test_a_threaded_updates_done_fd_is_readable_once_it_is_done_until_its_result_is_read():
     """A collector pool waits on its processes' pipes and on done_fd: it wakes the moment the update is done
     (its weights may then serve the rest of the rollout) instead of polling running()."""
-    import select
     updater = BlockingUpdater()
     runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=30, deadline_s=30)
     runner.start({}, 0)
@@ -192,3 +192,21 @@ def test_a_threaded_updates_done_fd_is_readable_once_it_is_done_until_its_result
     updater.release.set()
     assert select.select([runner.done_fd], [], [], 30)[0] == [runner.done_fd]
     runner.result()
+
+
+def test_every_threaded_update_runs_on_one_thread_started_once():
+    """Starting a thread per update held the training loop 2-5 ms each time (serial time, the actors waiting)."""
+    names = []
+
+    class ThreadNaming(CountingUpdater):
+        def update(self, batch, progress, generator, version=None):
+            names.append(threading.get_ident())
+            return super().update(batch, progress, generator, version)
+
+    runner = UpdateRunner(ThreadNaming(), torch.Generator(), 1, policy_lag=True, say_after_s=30, deadline_s=60)
+    before = threading.active_count()
+    for progress in (0.1, 0.2, 0.3):
+        runner.start({}, progress)
+        assert runner.result() == {"progress": progress}
+    assert len(set(names)) == 1 and names[0] != threading.get_ident()
+    assert threading.active_count() == before + 1
