@@ -59,6 +59,7 @@ def describe(b: dict | None) -> list[str]:
     if b is None:
         return ["    (no collection breakdown in metrics.jsonl: a checkout from before it)"]
     pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    pct1 = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731  (the serial share's target is 2%)
     lines = [f"    per rollout ({b['rollouts']} measured): {b['rollout_s']:.2f}s collecting, "
              f"{b['env_slots']:.0f} env slots; env-slot time: "
              + ", ".join(f"{PART_NAMES[p]} {pct(b['shares'][p])}" for p in PARTS)]
@@ -67,7 +68,7 @@ def describe(b: dict | None) -> list[str]:
         order = [k for k in PHASES if k in s] + sorted(k for k in s if k not in PHASES and k != "total")
         phases = " + ".join(f"{k} {s[k]:.3f}" for k in order)
         lines.append(f"    serial, every actor parked (unless they flow on: collect-only, policy lag): {s['total']:.3f}s per rollout "
-                     f"({pct(b['all_parked_share'])} of the cycle) = {phases}")
+                     f"({pct1(b['all_parked_share'])} of the cycle) = {phases}")
     bs, lat = b["batch_slots"], b["batch_latency_ms"]
     if bs and lat:
         lines.append(f"    inference: {b['batches']:.0f} batches per rollout, env slots mean {bs['mean']:.1f} "
