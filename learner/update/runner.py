@@ -69,7 +69,7 @@ class UpdateRunner:
         nothing to learn (collect-only); result() then gives empty stats."""
         if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._serve, name="ppo-update", daemon=True)
                 self._thread.start()
             self._done.clear()
@@ -85,10 +85,15 @@ class UpdateRunner:
         return self._pending and not self._done.is_set()
 
     def _serve(self) -> None:
-        """The update's thread: runs each update handed to it, for the process's life (a daemon)."""
+        """The update's thread: runs each update handed to it, for the process's life (a daemon). Its own
+        OpenMP thread count is set here: a thread takes torch's count once, at its first parallel op."""
+        torch.set_num_threads(self.threads)
         while True:
             batch, progress, version = self._jobs.get()
-            self._run(batch, progress, version)
+            try:
+                self._run(batch, progress, version)
+            except BaseException as exc:  # outside the update's own handling (the heap's release): result() raises it
+                self._error = exc
             self._done.set()
             os.write(self._done_w, b"!")  # done_fd readable
 

@@ -210,3 +210,26 @@ def test_every_threaded_update_runs_on_one_thread_started_once():
         assert runner.result() == {"progress": progress}
     assert len(set(names)) == 1 and names[0] != threading.get_ident()
     assert threading.active_count() == before + 1
+
+
+class FailingHeap:
+    """A heap whose first release raises (outside the update's own error handling)."""
+
+    def __init__(self):
+        self.releases = 0
+
+    def release(self) -> None:
+        self.releases += 1
+        if self.releases == 1:
+            raise OSError("malloc_trim failed")
+
+
+def test_a_failure_around_the_update_is_raised_once_and_the_thread_serves_the_next_update():
+    updater = CountingUpdater()
+    runner = UpdateRunner(updater, torch.Generator(), 1, policy_lag=True, say_after_s=1, deadline_s=5,
+                          heap=FailingHeap())
+    runner.start({}, 0.1)
+    with pytest.raises(OSError, match="malloc_trim failed"):  # not a wait until the deadline
+        runner.result()
+    runner.start({}, 0.2)
+    assert runner.result() == {"progress": 0.2} and updater.calls == 2
