@@ -178,7 +178,9 @@ class PPOConfig(BaseModel):
     vf_coef: Coef = 0.5
     """value loss coefficient"""
     ent_coef: Coef = 0.01
-    """entropy bonus coefficient"""
+    """entropy bonus coefficient (at the start, with ent_schedule linear)"""
+    ent_schedule: Literal["constant", "linear"] = "constant"
+    """constant: ent_coef throughout | linear: ent_coef falls to 0 along the learning rate's horizon (`ent_coef * (1 - env_steps_done / horizon)`, the horizon ppo.lr_anneal_steps, else run.total_steps), and stays there: exploration early, a sharper policy late"""
     max_grad_norm: Positive = 0.5
     """global gradient-norm clip"""
     kl_target: KL = 0.01

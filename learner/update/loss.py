@@ -10,7 +10,8 @@ from learner.config import PPOConfig
 def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
              new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
              entropy: torch.Tensor, cfg: PPOConfig, beta: float | None = None,
-             start_logprob: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+             start_logprob: torch.Tensor | None = None, ent_coef: float | None = None
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss for one minibatch, to be minimized, and detached 0-d statistics on the loss's device (left
     there, so that reading them is one host sync per update, not one per statistic and minibatch).
 
@@ -30,7 +31,7 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
 
     KL variant: the penalty uses k3 = (ratio - 1) - log(ratio), the approx_kl estimator. With actions
     drawn from pi_old its mean is an unbiased estimate of KL(pi_old || pi), and so is its gradient;
-    beta defaults to cfg.kl_beta.
+    beta defaults to cfg.kl_beta, ent_coef (the entropy bonus's weight: ppo.ent_schedule) to cfg.ent_coef.
     """
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
@@ -55,7 +56,7 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         v_loss = 0.5 * (new_values - returns).pow(2).mean()
 
     entropy_mean = entropy.mean()
-    loss = pg_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * v_loss
+    loss = pg_loss - (cfg.ent_coef if ent_coef is None else ent_coef) * entropy_mean + cfg.vf_coef * v_loss
     with torch.no_grad():
         step_logratio = logratio if start_logprob is None else new_logprob - start_logprob
         step_ratio = step_logratio.exp()

@@ -104,6 +104,7 @@ class PPOUpdater:
         self.schedule = lr_schedule(cfg)
         self.value_norm = value_norm  # shared with Inference, which de-normalizes the critic's outputs
         self.beta = cfg.kl_beta
+        self.ent_coef = cfg.ent_coef  # the update under way's (ppo.ent_schedule)
         self.lr = cfg.learning_rate  # the adaptive schedule's current rate (checkpointed)
         self.loss_keys = loss_statistics(cfg, policy_lag)  # what ppo_loss reports
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
@@ -127,6 +128,13 @@ class PPOUpdater:
         if self.schedule == "constant":
             return self.cfg.learning_rate
         return self.cfg.learning_rate * min(max(1.0 - progress, 0.0), 1.0)
+
+    def entropy_coef(self, progress: float) -> float:
+        """The entropy bonus's weight for an update at `progress` (as learning_rate's): ppo.ent_coef, or with
+        ppo.ent_schedule linear falling to 0 at the same horizon as the linear rate, and never below."""
+        if self.cfg.ent_schedule == "constant":
+            return self.cfg.ent_coef
+        return self.cfg.ent_coef * min(max(1.0 - progress, 0.0), 1.0)
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -191,6 +199,7 @@ class PPOUpdater:
         sequences = batch.get("sequences")  # a recurrent core's: the minibatches split its sequences
         counts = self.ranks.gather_ints(n if sequences is None else sequences.count())  # every rank's: the weights
         lr = self.learning_rate(progress)  # of its minibatch gradients
+        self.ent_coef = self.entropy_coef(progress)
         start = UpdateStart(self)  # what a non-finite step makes the update go back to
         self._set_lr(lr)
         # before anything moves; without lag only the replay reads them: in fp32, as the acting policy computed them
@@ -227,6 +236,8 @@ class PPOUpdater:
         # adaptive: the rate the update ended with (the next one starts from it)
         out.update(learning_rate=self.lr if self.schedule == "adaptive" else lr, epochs_run=epochs_run,
                    minibatches=minibatches, epoch_kls=values[named:])
+        if cfg.ent_schedule != "constant":
+            out["ent_coef"] = self.ent_coef
         if cfg.variant == "kl":  # the reported beta is the one the next update uses
             self.beta = kl_beta_update(self.beta, out["update_kl"], cfg.kl_target)
             out["kl_beta"] = self.beta
@@ -307,7 +318,7 @@ class PPOUpdater:
             start = batch["start_logprobs"][idx] if "start_logprobs" in batch else None
             loss, stats = ppo_loss(new_logprob, old_logprob, batch["advantages"][idx], new_values,
                                    batch["values"][idx], batch["returns"][idx], entropy, cfg, beta=self.beta,
-                                   start_logprob=start)
+                                   start_logprob=start, ent_coef=self.ent_coef)
             if first is not None:
                 # Sanity check: before any step the policy is the one that collected the data.
                 with torch.no_grad():
