@@ -69,7 +69,7 @@ class UpdateRunner:
         nothing to learn (collect-only); result() then gives empty stats."""
         if self.policy_lag:
             torch.set_num_threads(self.threads)  # the collector's ops are tiny; the update wants the cores
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="ppo-update", daemon=True)
                 self._thread.start()
             self._done.clear()
