@@ -26,8 +26,8 @@ from learner.lifecycle.preflight import admission_of, join_ranks, learner_spaces
 from learner.lifecycle.startup import StartupError, starting
 from learner.seeds import collector_env_base, learner_policy_seed, update_seed
 from learner.stalls import Stalled, Watchdog
-from learner.collection import (Collection, GatewaySetup, Inference, NoActors, RunOnRank, has_policy_lag,
-                                open_collection, served_modules)
+from learner.collection import (Collection, GatewaySetup, Inference, NoActors, RanksStore, RanksUnreachable,
+                                RunOnRank, has_policy_lag, open_collection, served_modules)
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.rollout.scheduler import PolicyVersions, RolloutScheduler
@@ -93,7 +93,8 @@ def _run(cfg: Config, run_dir: Path, resume: bool, parent_pid: int) -> int:
         return EXIT_FAILED
     try:
         learner.train()
-    except (RanksLost, Stalled, NonFiniteWeights) as exc:  # loud, and nothing lost beyond the last checkpoint
+    except (RanksLost, RanksUnreachable, Stalled, NonFiniteWeights) as exc:  # loud, nothing lost beyond the last
+        # checkpoint
         log.error("%s", exc)  # the level already says ERROR
         return EXIT_FAILED
     except WriteFailed as exc:  # the run directory's disk is full or read-only: stop, resume when it is not
@@ -200,6 +201,10 @@ class Learner:
         run_id = uuid.uuid4().hex[:12]
         address, weights_address = (rank_address(a, ranks.rank)  # 'local': one private directory for both
                                     for a in local_addresses(cfg.cluster.address, cfg.cluster.weights_address))
+        # run.segments on several ranks: one quota for the job's rollout, counted on a store that every rank reaches
+        # (made by a collective; kept here, so rank 0's server lives as long as this learner)
+        store = ranks.store() if ranks.distributed and cfg.run.segments else None
+        self.ranks_store = RanksStore(store, ranks.rank, ranks.world) if store is not None else None
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
             self.collection = self._open_collection(address, run_id)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
@@ -225,7 +230,8 @@ class Learner:
                                      self.admission)
         return open_collection(run, self.spaces, self.layout, gateway_setup, policy=self.policy,
                                watchdog=self.watchdog, link=self.link, rank_targets=self._rank_targets(),
-                               served=[self.model, self.value_norm], versions=self.versions)
+                               served=[self.model, self.value_norm], versions=self.versions,
+                               ranks_store=self.ranks_store)
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
@@ -329,12 +335,13 @@ class Learner:
         digest = checksum_to_int(checksum(self.model)) if ranks.distributed else 0
         # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
         rows = ranks.gather_int_rows([batch.width if batch else 0, collection.actors(), collection.live_slots(),
-                                      collection.rejected(), batch.dropped if batch else 0, len(episodes), digest])
-        widths, actors, rank_slots, rejected, dropped, counts, digests = map(list, zip(*rows))
+                                      collection.rejected(), batch.dropped if batch else 0, len(episodes), digest,
+                                      batch.n_valid if batch else 0])
+        widths, actors, rank_slots, rejected, dropped, counts, digests, samples = map(list, zip(*rows))
         collection.after_update(self.state["version"], rank_slots if ranks.distributed else None)
         sums = [checksum_from_int(d) for d in digests] if ranks.distributed else None
         events = collection.take_events()  # on every rank: the list stays bounded
-        return (Gathered(widths, actors, sums, sum(rejected), sum(dropped), events),
+        return (Gathered(widths, actors, sums, sum(rejected), sum(dropped), events, samples),
                 ranks.gather_pairs(episodes, counts))
 
     def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:

@@ -27,27 +27,35 @@ from learner.collection.collection import Collection
 from learner.collection.inference import Inference, served_modules
 from learner.collection.local import open_in_process
 from learner.collection.processes.pool import default_collectors, start_collector_processes
+from learner.collection.ranks_quota import RanksQuota, RanksStore, RanksUnreachable
 from learner.collection.start_wait import NoActors
 from learner.rollout.layout import Layout
 from learner.rollout.link import DeviceLink
 from learner.stalls import Watchdog
 
 __all__ = ["open_collection", "Collection", "Spaces", "RunOnRank", "GatewaySetup", "Inference", "served_modules",
-           "has_policy_lag", "NoActors"]
+           "has_policy_lag", "NoActors", "RanksStore", "RanksUnreachable"]
 
 
 def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, *,
                     policy: Inference, watchdog: Watchdog | None, link: DeviceLink, rank_targets: tuple | None,
-                    served: list, versions=None) -> Collection:
+                    served: list, versions=None, ranks_store: RanksStore | None = None) -> Collection:
     """This rank's collection, listening at gateway_setup.address. One collector (the default on a CPU device,
     and always with run.deterministic or normalize.obs): on this process's thread, computing actions with
     `policy`. K > 1: K collector processes, each serving its own copy of the `served` modules (published
     after each update). `rank_targets`: rank 0's of several ranks, where it sends joiners; `versions` (the
-    scheduler's PolicyVersions, learner/rollout/scheduler.py): with policy lag, when newer weights serve."""
+    scheduler's PolicyVersions, learner/rollout/scheduler.py): with policy lag, when newer weights serve.
+    `ranks_store`: run.segments on several ranks: where the ranks' collections count their steps together, so that
+    one quota closes the job's rollout on every rank (learner/collection/ranks_quota.py; with K collector
+    processes each rank keeps its own, its collectors sharing it)."""
     cfg = run.cfg
     k = default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
                            cfg.run.deterministic, cfg.normalize.obs)
+    if ranks_store is not None:
+        ranks_store.post_empty_row()
     if k == 1:
-        return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets, versions)
+        quota = RanksQuota(ranks_store) if ranks_store is not None and cfg.run.segments else None
+        return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets, versions,
+                               quota)
     return start_collector_processes(k, run, spaces, layout, gateway_setup, link, watchdog, rank_targets, served,
                                      versions)

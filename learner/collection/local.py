@@ -10,6 +10,7 @@ from learner.collection.collection import Collection
 from learner.collection.collector import Collector, NewerWeights
 from learner.collection.counters import summarize
 from learner.collection.inference import Inference
+from learner.collection.routes import CloseRule
 from learner.collection.slot_owners import actors_of
 from learner.gateway.gateway import Gateway
 from learner.gateway.registry import ActorRegistry
@@ -22,13 +23,14 @@ from learner.stalls import Watchdog
 
 def open_in_process(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup, policy: Inference,
                     watchdog: Watchdog | None, link: DeviceLink, rank_targets: tuple | None,
-                    versions: NewerWeights | None = None) -> LocalCollection:
+                    versions: NewerWeights | None = None, quota: CloseRule | None = None) -> LocalCollection:
     """Collection on this process's thread, computing actions with `policy`; `rank_targets`: rank 0's of several
     ranks, for its RankBalancer (the gateway redirects joiners with it); `versions`: where newer weights are
-    heard of (policy lag)."""
+    heard of (policy lag); `quota`: when a segments rollout is full (None: at this rank's own quota)."""
     gateway_setup = dataclasses.replace(gateway_setup, redirect_for=lambda registry: (
         RankBalancer(registry.num_slots, *rank_targets) if rank_targets else None))
-    parts = assemble(run, spaces, layout, gateway_setup, policy, watchdog, link, in_process=True, newer=versions)
+    parts = assemble(run, spaces, layout, gateway_setup, policy, watchdog, link, in_process=True, newer=versions,
+                     quota=quota)
     return LocalCollection(parts.gateway, parts.registry, parts.collector, parts.redirect)
 
 

@@ -39,6 +39,8 @@ class Gathered:
     rejected: int              # messages, the job's
     dropped: int               # samples, the job's
     events: list[str]          # joins and leaves
+    samples: list[int] | None = None  # each rank's samples in the update (several ranks only: with run.segments
+                                      # a rank whose actors are fast trains on more of the job's batch)
 
     def fields(self, world: int) -> dict:
         """The metrics line's part: the job's totals, and each rank's with several ranks."""
@@ -46,7 +48,7 @@ class Gathered:
                "dropped_samples": self.dropped, "events": cap_events(self.events)}
         if self.sums is not None:
             out.update(learners=world, rank_env_slots=self.widths, rank_actors=self.actors,
-                       rank_weights_checksums=self.sums)
+                       rank_weights_checksums=self.sums, rank_samples=self.samples)
         return out
 
 

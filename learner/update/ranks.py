@@ -184,6 +184,19 @@ class Ranks:
         self._wait(self.comm.all_gather(out, mine, async_op=True))
         return [bytes(t.cpu().tolist()).rstrip(b"\0").decode() for t in out]
 
+    @_collective
+    def store(self) -> dist.Store | None:
+        """A key-value store every rank reaches, for what a collector's thread shares with the other ranks without a
+        collective (learner/collection/ranks_quota.py): a TCPStore hosted by rank 0 on MASTER_ADDR, on a port the
+        system picks and rank 0 hands to the others (a collective: every rank calls this). Its reads wait at
+        most timeout_s. None with one rank."""
+        if not self.distributed:
+            return None
+        host, timeout = os.environ.get("MASTER_ADDR", "127.0.0.1"), datetime.timedelta(seconds=self.timeout_s)
+        server = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout) if self.main else None
+        port = self.gather_ints(server.port if server is not None else 0)[0]
+        return server if server is not None else dist.TCPStore(host, port, is_master=False, timeout=timeout)
+
     # -- the model ----------------------------------------------------------------------------------------
     @_collective
     def broadcast_tensors(self, tensors: list[torch.Tensor]) -> None:

@@ -6,11 +6,12 @@ import json
 import os
 import signal
 
+import numpy as np
 import pytest
 import zmq
 
 from protocol.security import generate_keypair
-from tests.integration.cluster import (assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
+from tests.integration.cluster import (ROOT, assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
                                        start_actor, stop, wait_for, NO_RESTART)
 
 pytestmark = pytest.mark.integration
@@ -155,3 +156,37 @@ def test_two_ranks_with_policy_lag_overlap_their_collection_and_stay_identical(t
     assert all(r["learners"] == 2 and len(set(r["rank_weights_checksums"])) == 1 for r in rows)
     assert all(r["collection"]["lagged_share"] > 0 for r in rows[1:])  # acted while an update ran
     assert any(r["dropped_samples"] > 0 for r in rows) == segments  # segments cut at a close
+
+
+def test_with_segments_two_ranks_close_at_the_jobs_quota_so_the_slow_ranks_actors_do_not_pace_the_job(
+        tmp_path, monkeypatch):
+    """run.segments on 2 ranks, a fast actor on one and a slow one on the other (4 envs each: SlowStepCartPole at
+    2 ms and at 20 ms a step): a rollout is full once the two ranks' steps together make T x 8, so the fast actor's
+    rank trains on more than its own slots' T steps (second segments) and the slow one's rollout is cut before its
+    columns are done. Closing each rank at its own quota (T x 4), every update waited for the slow actor's T steps:
+    [128, 128]."""
+    run_dir, steps = tmp_path / "ranks-quota", 32
+    proc = launch("--config", "configs/cartpole.toml", "--learners", "2", "--actors", "0", "--run-dir", str(run_dir), "--total-steps", str(8 * 8 * steps),
+                  "--set", "run.segments=true", "--set", "cluster.min_envs=8", "--set", f"ppo.num_steps={steps}",
+                  "--set", "ppo.update_epochs=1", "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"',
+                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+    actors = []
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        monkeypatch.setenv("SLOW_STEP_S", "0.002")
+        actors.append(start_actor(address, "--envs", "4", "--name", "fast"))
+        wait_for(lambda: any("actor fast joined" in log.read_text() for log in run_dir.glob("learner*.log")), 60,
+                 "the fast actor in", proc)
+        monkeypatch.setenv("SLOW_STEP_S", "0.02")
+        actors.append(start_actor(address, "--envs", "4", "--name", "slow"))  # to the other rank: 0 slots there
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        kill_group(proc)
+    assert proc.returncode == 0, out[-3000:]
+    rows = metrics(run_dir)
+    assert all(r["rank_env_slots"] == [4, 4] and len(set(r["rank_weights_checksums"])) == 1 for r in rows), rows[-1]
+    slow, fast = sorted(np.median([r["rank_samples"][rank] for r in rows]) for rank in (0, 1))
+    assert fast > 1.25 * 4 * steps and slow < 4 * steps, [r["rank_samples"] for r in rows]
+    assert all(sum(r["rank_samples"]) >= 8 * steps for r in rows)  # the job's quota, on every update

@@ -18,7 +18,8 @@ from learner.update.ppo import PPOUpdater
 from protocol.spaces import SpaceSpec
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "running.md"
-TWO_RANKS = Gathered(widths=[4, 2], actors=[2, 1], sums=["ab", "ab"], rejected=3, dropped=5, events=["joined a"])
+TWO_RANKS = Gathered(widths=[4, 2], actors=[2, 1], sums=["ab", "ab"], rejected=3, dropped=5, events=["joined a"],
+                     samples=[512, 256])
 ONE_RANK = Gathered(widths=[4], actors=[2], sums=None, rejected=0, dropped=0, events=[])
 
 
@@ -79,7 +80,7 @@ def test_job_and_collection_fields(tmp_path):
     assert line["episode_return_mean"] == 3.0 and line["episode_length_mean"] == 20.0 and line["episodes"] == 2
     assert line["actors"] == 3 and line["env_slots"] == 6 and line["rejected_messages"] == 3
     assert line["dropped_samples"] == 5 and line["events"] == ["joined a"] and line["learners"] == 2
-    assert line["rank_env_slots"] == [4, 2] and line["rank_actors"] == [2, 1]
+    assert line["rank_env_slots"] == [4, 2] and line["rank_actors"] == [2, 1] and line["rank_samples"] == [512, 256]
     assert line["rank_weights_checksums"] == ["ab", "ab"]
     rows = [json.loads(row) for row in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert rows == [{"update": 3, "env_steps": 300, "return": 2.0, "length": 10},
