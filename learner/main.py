@@ -328,21 +328,20 @@ class Learner:
         self.serial.mark("report")  # the metrics line, a checkpoint
 
     def _gather(self, job: Job) -> tuple[Gathered, list[tuple[float, float]]]:
-        """Every rank's part of the job's metrics line, and the job's finished episodes: two collectives (every
-        rank calls this), its counts and weights checksum in one, the episodes in the other."""
+        """Every rank's part of the job's metrics line, and the job's finished episodes: one collective (every rank
+        calls this) for its counts, weights checksum and episodes (two past 128 episodes on a rank)."""
         ranks, collection, batch = self.ranks, self.collection, job.batch
         episodes = collection.take_episodes()
         digest = checksum_to_int(checksum(self.model)) if ranks.distributed else 0
         # the job's counts, not rank 0's: garbage sent to rank 1 or samples it dropped count too
-        rows = ranks.gather_int_rows([batch.width if batch else 0, collection.actors(), collection.live_slots(),
-                                      collection.rejected(), batch.dropped if batch else 0, len(episodes), digest,
-                                      batch.n_valid if batch else 0])
-        widths, actors, rank_slots, rejected, dropped, counts, digests, samples = map(list, zip(*rows))
+        rows, job_episodes = ranks.gather_rows_and_pairs(
+            [batch.width if batch else 0, collection.actors(), collection.live_slots(), collection.rejected(),
+             batch.dropped if batch else 0, digest, batch.n_valid if batch else 0], episodes)
+        widths, actors, rank_slots, rejected, dropped, digests, samples = map(list, zip(*rows))
         collection.after_update(self.state["version"], rank_slots if ranks.distributed else None)
         sums = [checksum_from_int(d) for d in digests] if ranks.distributed else None
         events = collection.take_events()  # on every rank: the list stays bounded
-        return (Gathered(widths, actors, sums, sum(rejected), sum(dropped), events, samples),
-                ranks.gather_pairs(episodes, counts))
+        return Gathered(widths, actors, sums, sum(rejected), sum(dropped), events, samples), job_episodes
 
     def _save_checkpoint(self, update: int, env_steps: int) -> Path | None:
         return self.checkpoints.save(update, env_steps, self.reporter.score() if self.reporter else None)

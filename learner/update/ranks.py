@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 log = logging.getLogger("learner")
 ADDRESS_BYTES = 512  # an endpoint string, padded, for all_gather (no pickled objects on the wire)
+PAIRS_ROOM = 128  # (x, y) pairs (finished episodes) that ride with the metrics line's counts in one collective
 
 
 def _collective(method):
@@ -140,12 +141,6 @@ class Ranks:
         """Every rank's value, in rank order."""
         return [row[0] for row in self._gather_rows([value])]
 
-    @_collective
-    def gather_int_rows(self, values: list[int]) -> list[list[int]]:
-        """Every rank's list of int64 values (the same length on every rank), in rank order, in one collective:
-        several counts per update cost one round trip between the ranks, not one each."""
-        return self._gather_rows(values)
-
     def _gather_rows(self, values: list[int]) -> list[list[int]]:
         if not self.distributed:
             return [list(values)]
@@ -169,6 +164,29 @@ class Ranks:
         out = [torch.zeros_like(mine) for _ in range(self.world)]
         self._wait(self.comm.all_gather(out, mine, async_op=True))
         return [(float(x), float(y)) for t, n in zip(out, counts) for x, y in t[:n].tolist()]
+
+    @_collective
+    def gather_rows_and_pairs(self, values: list[int], pairs: list[tuple[float, float]], room: int = PAIRS_ROOM
+                              ) -> tuple[list[list[int]], list[tuple[float, float]]]:
+        """Every rank's `values` (int64s, as many on every rank), in rank order, and every rank's pairs concatenated
+        in rank order (as gather_pairs), in one collective while no rank has more than `room` pairs (their float64
+        bits ride in the row); a second collective gathers them when some rank has more. The metrics line after
+        every update: its counts, the weights checksum and the finished episodes cost one round trip."""
+        if not self.distributed:
+            return [list(values)], list(pairs)
+        packed = torch.zeros(2 * room, dtype=torch.float64)
+        if fit := pairs[:room]:
+            packed[:2 * len(fit)] = torch.tensor(fit, dtype=torch.float64).reshape(-1)
+        width = len(values)
+        rows = self._gather_rows(list(values) + [len(pairs)] + packed.view(torch.int64).tolist())
+        counts = [row[width] for row in rows]
+        if max(counts) > room:
+            return [row[:width] for row in rows], self.gather_pairs(pairs, counts)
+        gathered = []
+        for row, n in zip(rows, counts):
+            bits = torch.tensor(row[width + 1:width + 1 + 2 * n], dtype=torch.int64).view(torch.float64)
+            gathered += [(float(x), float(y)) for x, y in bits.reshape(-1, 2).tolist()]
+        return [row[:width] for row in rows], gathered
 
     @_collective
     def gather_strings(self, text: str) -> list[str]:

@@ -28,12 +28,6 @@ def counted(work):
     return run
 
 
-def test_gather_int_rows_gives_every_ranks_row_in_rank_order_in_one_collective():
-    results = on_ranks(3, counted(lambda r: r.gather_int_rows([r.rank, 10 * r.rank, -2**62])))
-    assert all(rows == [[0, 0, -2**62], [1, 10, -2**62], [2, 20, -2**62]] for rows, _ in results)
-    assert [calls for _, calls in results] == [1, 1, 1]
-
-
 def test_gather_pairs_with_the_counts_known_takes_one_collective_and_two_without():
     def work(r: Ranks):
         pairs = [(float(r.rank), float(i)) for i in range(r.rank)]  # rank 0: none, rank 1: one, rank 2: two
@@ -46,7 +40,7 @@ def test_gather_pairs_with_the_counts_known_takes_one_collective_and_two_without
 
 def test_one_rank_gathers_without_collectives():
     r = Ranks.single()
-    assert r.gather_int_rows([4, 5]) == [[4, 5]] and r.gather_ints(3) == [3] and r.gather_pairs([(1.0, 2.0)]) == [(1.0, 2.0)]
+    assert r.gather_ints(3) == [3] and r.gather_pairs([(1.0, 2.0)]) == [(1.0, 2.0)]
 
 
 def test_a_checksum_goes_through_an_int64_and_back_unchanged():
@@ -64,3 +58,15 @@ def test_the_checksum_changes_with_any_weight_and_not_without():
     with torch.no_grad():
         next(b.parameters()).view(-1)[-1] += 1e-6
     assert checksum(a) != checksum(b)
+
+
+def test_rows_and_pairs_take_one_collective_while_the_pairs_fit_and_two_past_their_room():
+    def work(r: Ranks, room: int):
+        pairs = [(float(r.rank) + 0.25, -1.5 * i) for i in range(r.rank)]  # rank 0: none, rank 1: one, rank 2: two
+        return r.gather_rows_and_pairs([r.rank, -2**62], pairs, room=room)
+    expected = ([[0, -2**62], [1, -2**62], [2, -2**62]], [(1.25, -0.0), (2.25, -0.0), (2.25, -1.5)])
+    for room, calls in ((2, 1), (1, 2)):  # rank 2's two pairs fit a room of 2, not of 1
+        results = on_ranks(3, counted(lambda r: work(r, room)))
+        assert all(result == expected for result, _ in results)
+        assert [n for _, n in results] == [calls] * 3
+    assert Ranks.single().gather_rows_and_pairs([4], [(1.0, 2.0)]) == ([[4]], [(1.0, 2.0)])
