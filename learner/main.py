@@ -202,11 +202,12 @@ class Learner:
         address, weights_address = (rank_address(a, ranks.rank)  # 'local': one private directory for both
                                     for a in local_addresses(cfg.cluster.address, cfg.cluster.weights_address))
         # run.segments on several ranks: one quota for the job's rollout, counted on a store that every rank reaches
-        # (made by a collective; kept here, so rank 0's server lives as long as this learner)
-        store = ranks.store() if ranks.distributed and cfg.run.segments else None
-        self.ranks_store = RanksStore(store, ranks.rank, ranks.world) if store is not None else None
+        # (made by a collective; kept here, so that rank 0's server lives as long as this learner)
+        self.ranks_store = store = ranks.store() if ranks.distributed and cfg.run.segments else None
+        where = (RanksStore(store.host, store.port, cfg.cluster.collective_timeout_s, ranks.rank, ranks.world)
+                 if store is not None else None)
         with starting(f"cannot bind {address} (another learner there? port 0 picks a free one)"):
-            self.collection = self._open_collection(address, run_id)
+            self.collection = self._open_collection(address, run_id, where)
         with starting(f"cannot bind {weights_address} (another learner there? port 0 picks a free one)"):
             self.publisher = WeightPublisher(self.ctx, weights_address, curve=self.curve)
         endpoint = self.collection.endpoint
@@ -222,7 +223,7 @@ class Learner:
                  "" if advertised == endpoint else f" (advertised as {advertised})",
                  self.publisher.endpoint, self.device, type(self.model).__name__)
 
-    def _open_collection(self, address: str, run_id: str) -> Collection:
+    def _open_collection(self, address: str, run_id: str, ranks_store: RanksStore | None) -> Collection:
         """In this process or in collector processes (cluster.collectors; see learner/collection/__init__.py)."""
         cfg, rank = self.cfg, self.ranks.rank
         run = RunOnRank(cfg, str(self.run_dir), rank, run_id, self.state["update"], os.getpid(), str(self.device))
@@ -231,7 +232,7 @@ class Learner:
         return open_collection(run, self.spaces, self.layout, gateway_setup, policy=self.policy,
                                watchdog=self.watchdog, link=self.link, rank_targets=self._rank_targets(),
                                served=[self.model, self.value_norm], versions=self.versions,
-                               ranks_store=self.ranks_store)
+                               ranks_store=ranks_store)
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state

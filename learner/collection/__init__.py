@@ -45,17 +45,19 @@ def open_collection(run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setu
     `policy`. K > 1: K collector processes, each serving its own copy of the `served` modules (published
     after each update). `rank_targets`: rank 0's of several ranks, where it sends joiners; `versions` (the
     scheduler's PolicyVersions, learner/rollout/scheduler.py): with policy lag, when newer weights serve.
-    `ranks_store`: run.segments on several ranks: where the ranks' collections count their steps together, so that
-    one quota closes the job's rollout on every rank (learner/collection/ranks_quota.py; with K collector
-    processes each rank keeps its own, its collectors sharing it)."""
+    `ranks_store`: run.segments on several ranks: where the job's store is, on which every collection of every rank
+    counts its steps, so that one quota closes the job's rollout everywhere (learner/collection/ranks_quota.py)."""
     cfg = run.cfg
     k = default_collectors(cfg.cluster.collectors, torch.device(run.device), os.cpu_count() or 1,
                            cfg.run.deterministic, cfg.normalize.obs)
-    if ranks_store is not None:
-        ranks_store.post_empty_row()
+    where = store = None
+    if ranks_store is not None and cfg.run.segments:
+        where = ranks_store.of_collector(0, k)
+        store = where.connect()
+        where.post_empty_rows(store)  # this rank's k rows, before the ranks next meet
     if k == 1:
-        quota = RanksQuota(ranks_store) if ranks_store is not None and cfg.run.segments else None
+        quota = RanksQuota(where, store) if where is not None else None
         return open_in_process(run, spaces, layout, gateway_setup, policy, watchdog, link, rank_targets, versions,
                                quota)
     return start_collector_processes(k, run, spaces, layout, gateway_setup, link, watchdog, rank_targets, served,
-                                     versions)
+                                     versions, where)

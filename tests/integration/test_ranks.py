@@ -158,17 +158,19 @@ def test_two_ranks_with_policy_lag_overlap_their_collection_and_stay_identical(t
     assert any(r["dropped_samples"] > 0 for r in rows) == segments  # segments cut at a close
 
 
+@pytest.mark.parametrize("collectors", [1, 2])
 def test_with_segments_two_ranks_close_at_the_jobs_quota_so_the_slow_ranks_actors_do_not_pace_the_job(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, collectors):
     """run.segments on 2 ranks, a fast actor on one and a slow one on the other (4 envs each: SlowStepCartPole at
     2 ms and at 20 ms a step): a rollout is full once the two ranks' steps together make T x 8, so the fast actor's
     rank trains on more than its own slots' T steps (second segments) and the slow one's rollout is cut before its
     columns are done. Closing each rank at its own quota (T x 4), every update waited for the slow actor's T steps:
-    [128, 128]."""
+    [128, 128]. With 2 collector processes on each rank the quota is every collector's of every rank."""
     run_dir, steps = tmp_path / "ranks-quota", 32
     proc = launch("--config", "configs/cartpole.toml", "--learners", "2", "--actors", "0", "--run-dir", str(run_dir), "--total-steps", str(8 * 8 * steps),
                   "--set", "run.segments=true", "--set", "cluster.min_envs=8", "--set", f"ppo.num_steps={steps}",
-                  "--set", "ppo.update_epochs=1", "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"',
+                  "--set", "ppo.update_epochs=1", "--set", f"cluster.collectors={collectors}",
+                  "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"',
                   env={**os.environ, "PYTHONPATH": str(ROOT)})
     actors = []
     try:

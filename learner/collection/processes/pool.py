@@ -32,6 +32,7 @@ from learner.collection.processes.pipe import Collect, Done, Know, Ready, Rows, 
 from learner.collection.processes.board import BEAT, BOARD_COLUMNS, READY
 from learner.collection.processes.process import CollectorRole, CollectorSpec, collector_main
 from learner.collection.processes.shard import Shard, SharedRows, merge_shards
+from learner.collection.ranks_quota import RanksStore
 from learner.collection.start_wait import StartWait
 from learner.report.episodes import RecentEpisodes
 from learner.rollout.buffer import RolloutBuffer
@@ -76,13 +77,15 @@ def collector_address(address: str, index: int) -> str:
 
 def start_collector_processes(k: int, run: RunOnRank, spaces: Spaces, layout: Layout, gateway_setup: GatewaySetup,
                               link: DeviceLink, watchdog, rank_targets: tuple | None, served: list,
-                              versions=None) -> CollectorPool:
+                              versions=None, ranks_store: RanksStore | None = None) -> CollectorPool:
     """K collector processes, collector 0 at gateway_setup.address, the others on free ports of the same host,
     serving the `served` modules (published after each update); `rank_targets`: rank 0's of several ranks;
-    `versions`: with policy lag, says when the update running meanwhile is done (learner/rollout/scheduler.py)."""
+    `versions`: with policy lag, says when the update running meanwhile is done (learner/rollout/scheduler.py);
+    `ranks_store`: run.segments on several ranks, the job's store (each collector closes at the job's quota)."""
     specs = [CollectorSpec(run, spaces, layout, CollectorRole(
         i, k, gateway_setup.address if i == 0 else collector_address(gateway_setup.address, i),
-        rank_targets if i == 0 else None, gateway_setup.admission.split(k))) for i in range(k)]
+        rank_targets if i == 0 else None, gateway_setup.admission.split(k),
+        ranks_store.of_collector(i, k) if ranks_store is not None else None)) for i in range(k)]
     return CollectorPool(specs, SharedWeights(served), served, run.cfg.ppo.num_steps, link, watchdog,
                          run.cfg.cluster.advertise_host, versions)
 

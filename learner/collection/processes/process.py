@@ -29,6 +29,7 @@ from learner.collection.processes.pipe import (Close, Collect, Done, Failed, Kno
                                                PipeError, check)
 from learner.collection.slot_owners import actors_of
 from learner.collection.processes.shard import Shard
+from learner.collection.ranks_quota import RanksQuota, RanksStore
 from learner.gateway.placement import RankBalancer, joiner_rank
 from learner.model.networks import build_model
 from learner.model.normalize import ValueNormalizer
@@ -55,6 +56,7 @@ class CollectorRole:
     address: str                    # where to bind (port 0: any free one)
     rank_targets: tuple | None = None  # (targets, loads) on rank 0 of several ranks, collector 0: RankBalancer
     admission: object = None        # its share of what peers may claim (learner.gateway.admission)
+    ranks_store: RanksStore | None = None  # run.segments on several ranks: the job's store, its row there
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,8 @@ class CollectorProcess:
                                      collector_env_base(cfg.run.seed, run.rank, role.index), role.admission,
                                      redirect_for=self._redirect_for,
                                      wake=conn.fileno())  # a command ends the idle pump's wait at once
-        quota = JobQuota(board, role.index, cfg.ppo.num_steps) if cfg.run.segments else None  # the job's, not its own
+        quota = (RanksQuota(role.ranks_store) if role.ranks_store is not None  # the job's, over every rank's
+                 else JobQuota(board, role.index, cfg.ppo.num_steps) if cfg.run.segments else None)  # collectors
         parts = assemble(run, spec.spaces, spec.layout, gateway_setup, policy, self.watchdog, policy.link,
                          in_process=False, rows_for=self._rows_for if spec.shared_rows else None, newer=self.served,
                          quota=quota)

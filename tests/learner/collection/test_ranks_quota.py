@@ -15,19 +15,20 @@ from tests.learner.collection.processes.test_board import ENVS, LAYOUT, T, share
 
 @pytest.fixture
 def server():
-    """Rank 0's store (a short timeout: a read of a missing key would wait that long)."""
+    """Rank 0's store, as Ranks.store makes it (a short timeout: a read of a missing key would wait that long)."""
     return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=5))
 
 
-def two_ranks(server) -> tuple[RanksQuota, RanksQuota]:
-    """Rank 0 on the server's own connection, rank 1 on a connection of its own, as on two hosts; each posts its
-    empty row first, as open_collection does before the ranks first meet."""
-    client = dist.TCPStore("127.0.0.1", server.port, is_master=False, timeout=datetime.timedelta(seconds=5))
-    stores = RanksStore(server, 0, 2), RanksStore(client, 1, 2)
-    for s in stores:
-        s.post_empty_row()
-    return RanksQuota(stores[0]), RanksQuota(stores[1])
+def two_ranks(server, collectors: tuple[int, int] = (1, 1)) -> list[RanksQuota]:
+    """Every collection's rule, each on a client of its own as on two hosts; each rank posts its empty rows first,
+    as open_collection does before the ranks first meet. `collectors`: each rank's (K collector processes)."""
+    rules = []
+    for rank, k in enumerate(collectors):
+        where = RanksStore("127.0.0.1", server.port, 5.0, rank, 2)
+        where.of_collector(0, k).post_empty_rows(where.connect())
+        rules += [RanksQuota(where.of_collector(i, k)) for i in range(k)]
+    return rules
 
 
 def test_a_fast_rank_fills_past_its_own_share_until_both_ranks_together_make_the_quota(server):
@@ -77,15 +78,31 @@ def test_a_rank_with_no_actors_neither_holds_the_others_back_nor_counts_a_share(
     assert fast.full(a)
 
 
+def test_k_collector_processes_on_each_rank_close_at_the_quota_of_every_collection_of_every_rank(server):
+    """2 ranks, rank 0 with 2 collector processes and rank 1 with one: three rows, three shares of T x 4."""
+    first, second, other = two_ranks(server, collectors=(2, 1))
+    a, b, c = share(), share(), share()
+    for rule, buf in ((first, a), (second, b), (other, c)):
+        rule.begin(buf)
+    step(a, list(range(ENVS)), T)
+    step(a, [4, 5, 6, 7], T)  # 32 of 48: one fast collector, twice its share
+    assert not first.full(a)
+    step(c, [0, 1, 2, 3], T - 2)  # 32 + 8 of 48
+    assert not other.full(c)  # (each posts its count when it asks: once a pass)
+    step(b, [0, 1, 2, 3], 2)  # 48: the second collector and rank 1 are cut short
+    assert second.full(b) and first.full(a) and other.full(c)
+
+
 def test_a_store_whose_host_is_gone_is_one_error_naming_the_ranks():
-    host = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=2))
-    client = dist.TCPStore("127.0.0.1", host.port, is_master=False, timeout=datetime.timedelta(seconds=2))
-    ranks = RanksStore(client, 1, 2)
-    ranks.post_empty_row()
-    rule = RanksQuota(ranks)
+    host = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=1))
+    where = RanksStore("127.0.0.1", host.port, 1.0, 1, 2)
+    where.post_empty_rows(where.connect())
+    rule = RanksQuota(where)
     a = share()
     rule.begin(a)
     del host  # rank 0 is gone, and its store's server with it
     gc.collect()
     with pytest.raises(RanksUnreachable, match="ranks' store does not answer"):
         rule.full(a)
+    with pytest.raises(RanksUnreachable, match="ranks' store does not answer"):
+        where.connect()
