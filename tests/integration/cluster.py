@@ -202,3 +202,24 @@ def lose_and_replace_the_actor_of_collector_1(proc: subprocess.Popen, run_dir: P
         for actor in actors:
             kill_group(actor)
         kill_group(proc)
+
+
+def fast_and_slow_actors(proc: subprocess.Popen, run_dir: Path, monkeypatch, timeout: float = 120) -> str:
+    """Against a learner started with --actors 0 and env.env_id = tests.integration.slow_env:SlowStepCartPole-v0:
+    a fast actor (2 ms a step) and, once it has joined (on any rank), a slow one (20 ms), 4 envs each; then the run's
+    end. Returns its output; every process is gone after."""
+    actors = []
+    try:
+        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
+        monkeypatch.setenv("SLOW_STEP_S", "0.002")
+        actors.append(start_actor(address, "--envs", "4", "--name", "fast"))
+        wait_for(lambda: any("actor fast joined" in log.read_text() for log in Path(run_dir).glob("learner*.log")),
+                 60, "the fast actor in", proc)
+        monkeypatch.setenv("SLOW_STEP_S", "0.02")
+        actors.append(start_actor(address, "--envs", "4", "--name", "slow"))  # where there are 0 slots
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        for actor in actors:
+            kill_group(actor)
+        kill_group(proc)
+    return out

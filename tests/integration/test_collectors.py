@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from tests.integration.cluster import (NO_RESTART, ROOT, alive, assert_breakdown, assert_session_gone, curve_keys,
-                                       curve_settings, endpoints, kill_group, launch,
+                                       curve_settings, endpoints, fast_and_slow_actors, kill_group, launch,
                                        lose_and_replace_the_actor_of_collector_1, metrics, run_launch, start_actor,
                                        stop, wait_for)
 
@@ -197,20 +197,7 @@ def test_with_segments_two_collectors_close_at_the_jobs_quota_not_each_at_its_ow
                   "--total-steps", str(8 * 8 * steps), "--set", "run.segments=true", "--set", "cluster.min_envs=8",
                   "--set", f"ppo.num_steps={steps}", "--set", "ppo.update_epochs=1",
                   "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"', env=launch_env)
-    actors = []
-    try:
-        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        log = run_dir / "learner.log"
-        monkeypatch.setenv("SLOW_STEP_S", "0.002")
-        actors.append(start_actor(address, "--envs", "4", "--name", "fast"))
-        wait_for(lambda: "actor fast joined" in log.read_text(), 60, "the fast actor in", proc)
-        monkeypatch.setenv("SLOW_STEP_S", "0.02")
-        actors.append(start_actor(address, "--envs", "4", "--name", "slow"))  # to collector 1: 0 slots there
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        for actor in actors:
-            kill_group(actor)
-        kill_group(proc)
+    out = fast_and_slow_actors(proc, run_dir, monkeypatch)
     assert proc.returncode == 0, out[-3000:]
     rows = metrics(run_dir)
     events = [e for r in rows for e in r["events"]]

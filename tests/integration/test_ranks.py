@@ -11,8 +11,8 @@ import pytest
 import zmq
 
 from protocol.security import generate_keypair
-from tests.integration.cluster import (ROOT, assert_no_stragglers, endpoints, kill_group, launch, metrics, run_launch,
-                                       start_actor, stop, wait_for, NO_RESTART)
+from tests.integration.cluster import (ROOT, assert_no_stragglers, endpoints, fast_and_slow_actors, kill_group, launch,
+                                       metrics, run_launch, start_actor, stop, wait_for, NO_RESTART)
 
 pytestmark = pytest.mark.integration
 CARTPOLE = ("--config", "configs/cartpole.toml", "--learners", "2", "--total-steps", "10000000")
@@ -172,20 +172,7 @@ def test_with_segments_two_ranks_close_at_the_jobs_quota_so_the_slow_ranks_actor
                   "--set", "ppo.update_epochs=1", "--set", f"cluster.collectors={collectors}",
                   "--set", 'env.env_id="tests.integration.slow_env:SlowStepCartPole-v0"',
                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-    actors = []
-    try:
-        address = wait_for(lambda: endpoints(run_dir), 90, "endpoints", proc)["address"]
-        monkeypatch.setenv("SLOW_STEP_S", "0.002")
-        actors.append(start_actor(address, "--envs", "4", "--name", "fast"))
-        wait_for(lambda: any("actor fast joined" in log.read_text() for log in run_dir.glob("learner*.log")), 60,
-                 "the fast actor in", proc)
-        monkeypatch.setenv("SLOW_STEP_S", "0.02")
-        actors.append(start_actor(address, "--envs", "4", "--name", "slow"))  # to the other rank: 0 slots there
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        for actor in actors:
-            kill_group(actor)
-        kill_group(proc)
+    out = fast_and_slow_actors(proc, run_dir, monkeypatch)
     assert proc.returncode == 0, out[-3000:]
     rows = metrics(run_dir)
     assert all(r["rank_env_slots"] == [4, 4] and len(set(r["rank_weights_checksums"])) == 1 for r in rows), rows[-1]
