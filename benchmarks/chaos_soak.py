@@ -81,7 +81,8 @@ def server_rss_mb(run: Run) -> float:
     return round(sum(read_rss_mb(p) or 0.0 for p in run.server_pids() if p), 1)
 
 
-def main(argv=None) -> int:
+def parse_args(argv) -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the faults to draw from (checked by name)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0, help="how long the run lasts, about (default 30)")
     p.add_argument("--faults", default=",".join(f for f in FAULTS if f not in ENDS_THE_RUN),
@@ -95,6 +96,11 @@ def main(argv=None) -> int:
     names = [f for f in args.faults.split(",") if f]
     if unknown := [f for f in names if f not in FAULTS or f in ENDS_THE_RUN]:
         p.error(f"unknown faults {unknown}; known: {', '.join(f for f in FAULTS if f not in ENDS_THE_RUN)}")
+    return args, names
+
+
+def main(argv=None) -> int:
+    args, names = parse_args(argv)
     gap_lo, gap_hi = (float(x) for x in args.gap_s.split(","))
     rng = random.Random(args.seed)
     deck = shuffled_forever(names, rng)
@@ -148,6 +154,13 @@ def main(argv=None) -> int:
             shutil.copytree(run.run_dir, base / "run", ignore=shutil.ignore_patterns("tb", "*.pt"))
         if not no_tmpfs:
             subprocess.run(["umount", "-l", str(base / "fs")], check=False)
+    return summarize(rows, lost, memory, final, code, budget, started, base)
+
+
+def summarize(rows: list, lost: int, memory: dict, final: dict, code: int | None, budget: int, started: float,
+              base: Path) -> int:
+    """The soak's closing lines; 0 when every fault was recovered from, no checkpoint lost and the run ended at its
+    budget by itself."""
     reached = final.get("env_steps", 0) >= budget
     recovered = sum(r.survived for r in rows)
     redone = sum(r.updates_lost for r in rows)
