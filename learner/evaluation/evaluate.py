@@ -15,6 +15,7 @@ every reset of the env (a game's end, and a lost life with episodic life).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -207,10 +208,24 @@ def summarize(returns: list[float]) -> dict:
             "episodes": int(arr.size)}
 
 
+@contextlib.contextmanager
+def one_torch_thread():
+    """One intra-op thread while playing: batches of one observation gain nothing from more, and OpenMP workers
+    spinning between steps take the cores from a training run on the same machine (2 cores: the learner's update
+    4x slower beside a default-threaded evaluation, the evaluation itself 5x slower). Restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def evaluate(policy: LoadedPolicy, episodes: int, *, greedy: bool = False, sticky_actions: float | None = None,
              max_steps: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
              video_path: str | Path | None = None, video_episodes: int | None = None) -> tuple[list[Episode], dict]:
-    """Make the evaluation env, play, and return (episodes, video info {"path", "frames", "shape"} or {})."""
+    """Make the evaluation env, play (on one torch thread), and return (episodes, video info {"path", "frames",
+    "shape"} or {})."""
     settings = eval_settings(policy.cfg.env, sticky_actions, max_steps)
     if video_path:
         headless_rendering()
@@ -219,8 +234,9 @@ def evaluate(policy: LoadedPolicy, episodes: int, *, greedy: bool = False, stick
     try:
         if video_path:
             video = VideoWriter(video_path, video_fps(env, settings))
-        results = play_episodes(policy.model, env, episodes, obs_norm=policy.obs_norm, greedy=greedy, seed=seed,
-                                device=device, video=video, video_episodes=video_episodes)
+        with one_torch_thread():
+            results = play_episodes(policy.model, env, episodes, obs_norm=policy.obs_norm, greedy=greedy,
+                                    seed=seed, device=device, video=video, video_episodes=video_episodes)
         info = {}
         if video is not None:
             video.close()

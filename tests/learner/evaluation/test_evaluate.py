@@ -86,3 +86,38 @@ def test_a_recurrent_checkpoint_keeps_its_core_and_ppo_cluster_evaluate_plays_it
     assert loaded.recurrent and torch.equal(loaded.core.rnn.weight_hh_l0, model.core.rnn.weight_hh_l0)
     assert main([str(tmp_path), "--episodes", "2"]) == 0
     assert "over 2 episode(s)" in capsys.readouterr().out
+
+
+class ThreadsSpy:
+    """The real model as play_episodes sees it, recording torch's intra-op threads at each step."""
+
+    def __init__(self, model):
+        self.model, self.recurrent = model, False
+        self.threads = []
+
+    def act(self, x, **kwargs):
+        self.threads.append(torch.get_num_threads())
+        return self.model.act(x, **kwargs)
+
+
+def test_evaluate_plays_on_one_torch_thread_and_gives_the_callers_threads_back():
+    """Beside a training run on the same cores, an evaluation on the default threads spun OpenMP workers between
+    its steps: on 2 cores the learner's update went 4x slower (the evaluation itself 5x). Batches of one gain
+    nothing from a second thread."""
+    from learner.evaluation.evaluate import LoadedPolicy, evaluate
+    cfg = apply_overrides(Config(), ["env.env_id='CartPole-v1'", "env.max_episode_steps=10"])
+    env = make_env(eval_settings(cfg.env), 0)
+    try:
+        model, obs_norm = build_policy(cfg, *describe_spaces(env))
+    finally:
+        env.close()
+    spy = ThreadsSpy(model)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        episodes, _ = evaluate(LoadedPolicy(cfg, spy, obs_norm, path=None), 2)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert len(episodes) == 2 and spy.threads and set(spy.threads) == {1}
+    assert after == 2
