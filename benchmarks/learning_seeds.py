@@ -13,13 +13,15 @@ What it does:
    missing, its metrics.jsonl there) resumes from its last checkpoint to the same budget.
 2. Writes one docs/results/<date>-<hardware>-NAME-seeds<A-B>/ entry: summary.json (every seed's summary and the
    aggregate), README.md (the table below), plot.png (every seed's return against agent steps and against wall
-   time, the target drawn), config.toml, and each seed's metrics.jsonl.gz.
+   time, the target drawn), config.toml, and each seed's metrics.jsonl.gz and episodes.jsonl.gz (every game).
 
 The aggregate (learning_spread.py, tested on made-up curves): seeds reached / seeds run; steps and wall time to
 the target per seed, their median (over every seed run: a seed that did not reach it counts as later than all
 that did, so the median exists only when more than half reached it) and range; at fixed step marks the median,
-range and interquartile range of the return. A seed that stopped at the target before a mark counts at that mark
-with its last window (it held the target when it stopped): say `--keep-going` to train every seed to the budget.
+range and interquartile range of the return; per seed the 10th percentile and the worst of its last 100 games
+(the games lost badly that hold a window under the target). A seed that stopped at the target before a mark
+counts at that mark with its last window (it held the target when it stopped): say `--keep-going` to train every
+seed to the budget.
 """
 from __future__ import annotations
 
@@ -158,6 +160,11 @@ def seed_records(args: argparse.Namespace) -> dict[int, list[dict]]:
     return {s: rows for s, rows in out.items() if rows}
 
 
+def seed_games(args: argparse.Namespace, seed: int) -> list[float]:
+    """Every finished game's return of the seed's run, in order (its episodes.jsonl)."""
+    return [row["return"] for row in read_metrics(seed_dir(args, seed) / "episodes.jsonl")]
+
+
 def seed_evaluation(args: argparse.Namespace, seed: int) -> dict | None:
     published = sorted((args.runs / args.name / "published").glob(f"*-seed{seed}/summary.json"))
     return json.loads(published[-1].read_text()).get("evaluation") if published else None
@@ -193,7 +200,8 @@ def publish(args: argparse.Namespace) -> Path:
     if not records:
         raise SystemExit(f"no seed of {args.name} has ended yet (under {args.runs / args.name})")
     pending = [s for s in args.seeds if s not in records]
-    spread = aggregate(records, args.target, args.marks, runs=len(records))
+    spread = aggregate(records, args.target, args.marks, runs=len(records),
+                       games={s: seed_games(args, s) for s in records})
     for seed in spread["seeds"]:
         seed["evaluation"] = seed_evaluation(args, seed["seed"])
     spec = f"{min(args.seeds)}-{max(args.seeds)}" if len(args.seeds) > 1 else str(args.seeds[0])
@@ -211,9 +219,10 @@ def publish(args: argparse.Namespace) -> Path:
                                      f"{markdown_table(spread)}\n\n![curves](plot.png)\n")
     shutil.copy(first / "config.toml", entry / "config.toml")
     for seed in records:
-        with open(seed_dir(args, seed) / "metrics.jsonl", "rb") as src, \
-                gzip.open(entry / f"seed{seed}-metrics.jsonl.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
+        for log in ("metrics", "episodes"):
+            if (path := seed_dir(args, seed) / f"{log}.jsonl").exists():
+                with open(path, "rb") as src, gzip.open(entry / f"seed{seed}-{log}.jsonl.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
     plot(records, args.target, f"{args.name}: {spread['reached']} of {spread['runs']} seeds reached "
          f"{args.target:g} by {args.max_steps:,} agent steps", entry / "plot.png")
     return entry

@@ -44,7 +44,8 @@ def test_each_seed_runs_fresh_then_resumes_then_is_done(tmp_path):
 @pytest.mark.integration  # git and uname name the commit and the machine
 def test_publish_counts_the_seeds_that_ended_and_names_the_others(tmp_path):
     """Seeds 1 and 2 ended (published at the budget), seed 3 is still running, seed 4 has not started: the entry
-    counts 1 of 2, names 3 and 4 as not counted yet, and keeps the ended seeds' metrics only."""
+    counts 1 of 2, names 3 and 4 as not counted yet, and keeps the ended seeds' metrics and games only (seed 2
+    logged no game: its tail is not known)."""
     args = parse_args(["configs/cartpole.toml", "--seeds", "1-4", "--target", "100", "--max-steps", "300",
                        "--marks", "100,300", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "res")])
     for seed, returns in ((1, [10, 120, 150]), (2, [10, 50, 90]), (3, [10])):
@@ -54,6 +55,9 @@ def test_publish_counts_the_seeds_that_ended_and_names_the_others(tmp_path):
         rows = [{"update": i + 1, "env_steps": 100 * (i + 1), "elapsed_s": 5.0 * (i + 1), "episodes": 100 * (i + 1),
                  "episode_return_mean": r} for i, r in enumerate(returns)]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if seed != 2:
+            games = [{"update": 3, "env_steps": 300, "return": r, "length": 9} for r in [150.0] * 19 + [7.0]]
+            (run / "episodes.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
         if seed < 3:
             published = tmp_path / "runs" / "cartpole" / "published" / f"2026-11-29-test-cartpole-seed{seed}"
             published.mkdir(parents=True)
@@ -63,10 +67,14 @@ def test_publish_counts_the_seeds_that_ended_and_names_the_others(tmp_path):
     summary = json.loads((entry / "summary.json").read_text())
     assert (summary["runs"], summary["logged"], summary["reached"], summary["pending"]) == (2, 2, 1, [3, 4])
     assert {p.name for p in entry.iterdir()} == {"summary.json", "README.md", "plot.png", "config.toml",
-                                                 "seed1-metrics.jsonl.gz", "seed2-metrics.jsonl.gz"}
+                                                 "seed1-metrics.jsonl.gz", "seed2-metrics.jsonl.gz",
+                                                 "seed1-episodes.jsonl.gz"}
+    tails = {s["seed"]: s["last_games"] for s in summary["seeds"]}
+    assert tails == {1: {"n": 20, "mean": 142.85, "mean_without_worst_tenth": 150.0, "worst": 7.0}, 2: None}
     readme = (entry / "README.md").read_text()
     assert "**1 of 2 seeds reached 100**" in readme
     assert "seed 3 (100 agent steps so far), seed 4 (not started)" in readme
+    assert "| 150.00 / 7 |" in readme
 
 
 def test_publish_before_any_seed_ended_says_so(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning_spread import aggregate, markdown_table, median_with_misses, return_at
+from benchmarks.learning_spread import aggregate, last_games, markdown_table, median_with_misses, return_at
 
 
 def curve(returns, step=100, games_per_update=50):
@@ -56,3 +56,31 @@ def test_aggregate_counts_every_seed_and_its_spread():
 def test_all_seeds_reached_gives_a_median():
     agg = aggregate({s: curve([0, 10, 20 + s]) if s < 3 else curve([0, 20, 21]) for s in (1, 2, 3)}, 20, [300])
     assert agg["reached"] == 3 and agg["steps_to_target"]["median"] == 300 and agg["steps_to_target"]["min"] == 200
+
+
+def test_last_games_tell_a_tail_of_lost_games_from_a_near_miss_in_every_game():
+    """Two seeds whose last 100 games both average 19.5: one loses a point in most games, the other wins nearly
+    every game outright and loses 6 badly (issue 59's stalled Pong seeds). Without the worst tenth, the first
+    stays under 20, the second stands at 21."""
+    near_miss = [21.0] * 10 + [19.0] * 60 + [20.0] * 30
+    tail = [21.0] * 47 + [-21.0, -15.0, -5.0, 0.0, 5.0, 10.0] + [21.0] * 47
+    older = [-21.0] * 50  # before the last 100 games: not counted
+    miss, lost = last_games(older + near_miss), last_games(older + tail)
+    assert miss["n"] == lost["n"] == 100 and miss["mean"] == 19.5 and lost["mean"] == pytest.approx(19.48)
+    assert miss["mean_without_worst_tenth"] == pytest.approx((210 + 50 * 19 + 600) / 90) and miss["worst"] == 19
+    assert lost["mean_without_worst_tenth"] == 21.0 and lost["worst"] == -21.0
+    assert last_games([3.0, -1.0, 5.0]) == {"n": 3, "mean": pytest.approx(7 / 3), "mean_without_worst_tenth": 4.0,
+                                            "worst": -1.0}  # a few games: the worst one dropped
+    assert last_games([2.0])["mean_without_worst_tenth"] == 2.0
+    assert last_games([]) is None
+
+
+def test_the_seed_table_gives_each_seeds_last_games_where_they_are_known():
+    records = {1: curve([0, 10, 20.5]), 2: curve([0, 10, 15])}
+    agg = aggregate(records, 20, [300], games={2: [21.0] * 95 + [-21.0] * 5})
+    by_seed = {s["seed"]: s for s in agg["seeds"]}
+    assert by_seed[1]["last_games"] is None
+    assert by_seed[2]["last_games"]["worst"] == -21.0
+    table = markdown_table(agg)
+    assert "| last 100 games: mean without the worst tenth / worst |" in table
+    assert "| 300 | - / - |" in table and "| 300 | 21.00 / -21 |" in table
