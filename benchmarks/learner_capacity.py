@@ -8,6 +8,9 @@
     python benchmarks/learner_capacity.py --codec none,zstd --transport tcp  # raw against compressed frames
     python benchmarks/learner_capacity.py --env-sleep-ms 10 --env-sleep-spread 0.5 --mode train --policy network \
         --config configs/cartpole.toml --launch-set run.policy_lag=1  # stragglers: the end-of-rollout barrier
+    python benchmarks/learner_capacity.py --env-sleep-ms 0.625 --env-sleep-spread 0.5 --one-core --mode train \
+        --policy network --config configs/cartpole.toml --launch-set run.policy_lag=1 --launch-set run.segments=true \
+        --envs-per-actor 16 --groups 2,auto  # the same env-slot rate from actors that step on one core each
     python benchmarks/learner_capacity.py --env-sleep-ms 0.83 --one-core --envs 64 --envs-per-actor 4 \
         --groups 1,2,4,auto --inference-delay-ms 2  # few envs against a round trip: groups on an actor's one core
 
