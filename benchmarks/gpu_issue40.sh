@@ -91,7 +91,7 @@ if stage seeds; then
   echo "== pong-fast seeds $SEEDS at $(since) s"
   n=$(python3 -c "import sys; a, _, b = sys.argv[1].partition('-'); print(len(range(int(a), int(b or a) + 1)) if '-' in sys.argv[1] else len(sys.argv[1].split(',')))" "$SEEDS")
   timeout $(( n * (SEED_S + 60) )) python3 benchmarks/learning_seeds.py configs/pong-fast.toml --name pong-fast-h200 \
-    --seeds "$SEEDS" --parallel 1 --target 20 --max-steps 4000000 --marks 300000,600000,900000,1200000,1500000 \
+    --seeds "$SEEDS" --parallel 1 --target 20 --max-steps 1500000 --marks 300000,600000,900000,1200000,1500000 \
     --max-hours "$(python3 -c "print($SEED_S/3600)")" --eval-episodes 5 --runs $W/seeds --results $W/results \
     -- --device "$DEV" --set log.progress_bar=false $SEED_SETS > $W/seeds.log 2>&1
   echo "seeds exit $? at $(since) s"; tail -12 $W/seeds.log

@@ -18,7 +18,8 @@ One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epo
 variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
 faster. The pong-fast modes (issue 41) run configs/pong-fast.toml's update instead, with rl_games' 4 epochs x
 4 minibatches of 2,048 (RL_GAMES_UPDATE) that its figures were measured on: 8,192 samples, ELU, input and value
-normalization, the adaptive rate. `trees` runs each variant in a
+normalization, the file's rate schedule (KL-adaptive until 2026-11-30, linear since).
+`trees` runs each variant in a
 child process with PYTHONPATH set to a checkout (--base, e.g. `git worktree add /tmp/base c3c58f9`) or to this
 tree, so "before" is that commit's own code; bf16 changes the arithmetic, fp32 does not. With --acting, `trees`
 times pong-fast's acting pass instead: one inference batch of 24 stacks, about what the policy serves per batch
