@@ -32,7 +32,7 @@ ROLLOUTS=${ROLLOUTS:-8}; STAGES=${STAGES:-"tp pong"}; COLLECTORS=${COLLECTORS:-4
 TP_ROWS=${TP_ROWS:-"sync lag-k$COLLECTORS lag-k$COLLECTORS-seg"}; SEEDS=${SEEDS:-1-3}; SEED_S=${SEED_S:-120}
 SEED_SETS=${SEED_SETS-}
 stage() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
-PONG_LAG_SETS=${PONG_LAG_SETS-"--set ppo.lag_fresh_advantages=true --set ppo.lr_schedule=linear --set ppo.learning_rate=1e-3 --set ppo.lr_anneal_steps=1000000"}
+PONG_LAG_SETS=${PONG_LAG_SETS-"--set ppo.lag_fresh_advantages=true --set ppo.lr_schedule=linear --set ppo.learning_rate=1e-3 --set ppo.lr_anneal_steps=1000000 --set ppo.ent_coef=0.001 --set ppo.ent_schedule=constant"}
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 T0=$(date +%s); since() { echo $(( $(date +%s) - T0 )); }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
