@@ -180,7 +180,9 @@ class PPOConfig(BaseModel):
     ent_coef: Coef = 0.01
     """entropy bonus coefficient (at the start, with ent_schedule linear)"""
     ent_schedule: Literal["constant", "linear"] = "constant"
-    """constant: ent_coef throughout | linear: ent_coef falls to 0 along the learning rate's horizon (`ent_coef * (1 - env_steps_done / horizon)`, the horizon ppo.lr_anneal_steps, else run.total_steps), and stays there: exploration early, a sharper policy late"""
+    """constant: ent_coef throughout | linear: ent_coef falls to 0 at a horizon (`ent_coef * (1 - env_steps_done / horizon)`, the horizon ppo.ent_anneal_steps, else the learning rate's: ppo.lr_anneal_steps, else run.total_steps), and stays there: exploration early, a sharper policy late"""
+    ent_anneal_steps: Annotated[int, Field(ge=0)] = 0
+    """ent_schedule linear: the agent steps over which the entropy bonus falls to 0, and stays there (0: the learning rate's horizon); the policy can sharpen by the bonus while the rate keeps a longer line"""
     max_grad_norm: Positive = 0.5
     """global gradient-norm clip"""
     kl_target: KL = 0.01

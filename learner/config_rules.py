@@ -52,6 +52,12 @@ def lr_schedule(p: PPOConfig) -> str:
     return "constant" if p.lr_schedule == "linear" and not p.anneal_lr else p.lr_schedule
 
 
+def rate_horizon(cfg: Config) -> int:
+    """The agent steps at which the linear rate reaches 0 (ppo.lr_anneal_steps, else run.total_steps): the
+    schedules' progress is the run's env steps over it."""
+    return cfg.ppo.lr_anneal_steps or cfg.run.total_steps
+
+
 def check_multi_rank(cfg: Config, why: str) -> None:
     """What a G-rank learner does not support yet: say so before anything starts."""
     _require(not (cfg.normalize.obs or cfg.normalize.reward),
@@ -88,6 +94,7 @@ def validate(cfg: Config) -> None:
     _check_rollout(cfg)
     _check_segments(cfg)
     _check_lr(cfg.ppo)
+    _check_entropy(cfg.ppo)
     _check_core(cfg)
     _check_observe(cfg.env)
 
@@ -194,6 +201,12 @@ def _check_lr(p: PPOConfig) -> None:
     _require(p.lr_anneal_steps == 0 or lr_schedule(p) == "linear",
              f"ppo.lr_anneal_steps {p.lr_anneal_steps} is the linear schedule's horizon; the schedule in force is "
              f"{lr_schedule(p)} (set ppo.lr_schedule = \"linear\", or leave lr_anneal_steps at 0)")
+
+
+def _check_entropy(p: PPOConfig) -> None:
+    _require(p.ent_anneal_steps == 0 or p.ent_schedule == "linear",
+             f"ppo.ent_anneal_steps {p.ent_anneal_steps} is the linear entropy schedule's horizon; ppo.ent_schedule is "
+             f"{p.ent_schedule} (set ppo.ent_schedule = \"linear\", or leave ent_anneal_steps at 0)")
 
 
 RESUME_FIXED = ("env", "model", "normalize.obs", "normalize.reward", "normalize.value", "ppo.variant")

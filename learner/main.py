@@ -19,6 +19,7 @@ import torch
 import zmq
 
 from learner.config import Config
+from learner.config_rules import rate_horizon
 from learner.lifecycle.process import EXIT_DONE, EXIT_FAILED, EXIT_NO_ACTORS, EXIT_REFUSED, ParentWatch, Stop
 from learner.lifecycle.run_lock import RunDirForeign, RunDirHeld, RunLock, make_private
 from learner.lifecycle.idle import IdleRollouts
@@ -131,7 +132,7 @@ class Learner:
         # with policy lag the update's collectives run in its thread, on a process group of their own
         update_ranks = ranks.own_group() if has_policy_lag(cfg) else ranks
         self.updater = PPOUpdater(model, p, device, update_ranks, self.value_norm, batch_checksum=r.batch_checksum,
-                                  policy_lag=has_policy_lag(cfg))
+                                  policy_lag=has_policy_lag(cfg), rate_horizon=rate_horizon(cfg))
         self.state = {"update": 0, "env_steps": 0, "version": 0, "elapsed_s": 0.0}
         self.episodes = RecentEpisodes()  # the job's: every rank's finished episodes, pooled
         self.checkpoints = Checkpointing(run_dir, cfg, ranks, Learned(
@@ -236,7 +237,7 @@ class Learner:
 
     def train(self) -> None:
         r, p, state = self.cfg.run, self.cfg.ppo, self.state
-        horizon = p.lr_anneal_steps or r.total_steps  # where the linear rate reaches 0
+        horizon = rate_horizon(self.cfg)  # where the linear rate reaches 0
         view = (functools.partial(self.policy.prepare, update_stats=False)  # ppo.lag_fresh_advantages: batches
                 if self.has_policy_lag and p.lag_fresh_advantages else None)  # keep GAE's inputs (GaeInputs)
         self.watchdog.pet()  # armed from the start: the first rollout's wait is covered too

@@ -94,7 +94,14 @@ class PPOUpdater:
     """
 
     def __init__(self, model: nn.Module, cfg: PPOConfig, device: torch.device | str, ranks: Ranks | None = None,
-                 value_norm: ValueNormalizer | None = None, batch_checksum: bool = False, policy_lag: bool = False):
+                 value_norm: ValueNormalizer | None = None, batch_checksum: bool = False, policy_lag: bool = False,
+                 rate_horizon: int = 0):
+        """rate_horizon: the agent steps `progress` counts in (config_rules.rate_horizon); needed only where the
+        entropy bonus has a horizon of its own (ppo.ent_anneal_steps)."""
+        if cfg.ent_anneal_steps and not rate_horizon:
+            raise ValueError("PPOUpdater: ppo.ent_anneal_steps needs the rate's horizon (rate_horizon) to place "
+                             "the entropy schedule's progress")
+        self.ent_horizon_ratio = rate_horizon / cfg.ent_anneal_steps if cfg.ent_anneal_steps else 1.0
         self.ranks = ranks or Ranks.single()
         self.policy_lag = policy_lag  # batches come from the weights before the ones each update starts from
         self.batch_checksum = batch_checksum
@@ -131,10 +138,11 @@ class PPOUpdater:
 
     def entropy_coef(self, progress: float) -> float:
         """The entropy bonus's weight for an update at `progress` (as learning_rate's): ppo.ent_coef, or with
-        ppo.ent_schedule linear falling to 0 at the same horizon as the linear rate, and never below."""
+        ppo.ent_schedule linear falling to 0 at its horizon (ppo.ent_anneal_steps, else the linear rate's), and
+        never below."""
         if self.cfg.ent_schedule == "constant":
             return self.cfg.ent_coef
-        return self.cfg.ent_coef * min(max(1.0 - progress, 0.0), 1.0)
+        return self.cfg.ent_coef * min(max(1.0 - progress * self.ent_horizon_ratio, 0.0), 1.0)
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

@@ -106,6 +106,8 @@ RULES = [  # (overrides, words the one-line message must contain)
     (["ppo.lr_anneal_steps=-1"], ["ppo.lr_anneal_steps", "-1"]),
     (["ppo.lr_schedule='adaptive'", "ppo.lr_anneal_steps=1000"], ["ppo.lr_anneal_steps 1000", "adaptive"]),
     (["ppo.anneal_lr=false", "ppo.lr_anneal_steps=1000"], ["ppo.lr_anneal_steps 1000", "constant"]),
+    (["ppo.ent_anneal_steps=-1"], ["ppo.ent_anneal_steps", "-1"]),
+    (["ppo.ent_anneal_steps=1000"], ["ppo.ent_anneal_steps 1000", "constant"]),
     (["ppo.lr_kl_threshold=0"], ["ppo.lr_kl_threshold", "0.0"]),
     (["ppo.adam_eps=0"], ["ppo.adam_eps", "0.0"]),
     # [model], [normalize]

@@ -1,5 +1,5 @@
 """ppo.ent_schedule: the entropy bonus's weight constant (CleanRL's, the default) or falling linearly to 0 along the
-learning rate's horizon; each update trains with the weight its progress gives."""
+learning rate's horizon or its own (ppo.ent_anneal_steps); each update trains with the weight its progress gives."""
 from __future__ import annotations
 
 import pytest
@@ -15,6 +15,22 @@ from tests.learner.update.test_ppo_loss import make_batch, make_model
 def test_linear_falls_to_zero_at_the_horizon_and_stays_there(progress, expected):
     updater = PPOUpdater(make_model(), PPOConfig(ent_coef=0.02, ent_schedule="linear"), "cpu")
     assert updater.entropy_coef(progress) == pytest.approx(expected, abs=1e-15)
+
+
+@pytest.mark.parametrize("steps,expected", [(0, 0.02), (750_000, 0.01), (1_500_000, 0.0), (1_800_000, 0.0)])
+def test_its_own_horizon_ends_the_bonus_while_the_rate_goes_on(steps, expected):
+    cfg = PPOConfig(ent_coef=0.02, ent_schedule="linear", learning_rate=1e-3, lr_anneal_steps=2_000_000,
+                    ent_anneal_steps=1_500_000)
+    updater = PPOUpdater(make_model(), cfg, "cpu", rate_horizon=2_000_000)
+    progress = steps / 2_000_000  # what the learner passes: the run's steps over the rate's horizon
+    assert updater.entropy_coef(progress) == pytest.approx(expected, abs=1e-15)
+    assert updater.learning_rate(progress) == pytest.approx(1e-3 * (1 - progress), abs=1e-15)
+
+
+def test_its_own_horizon_without_the_rates_is_refused():
+    cfg = PPOConfig(ent_coef=0.02, ent_schedule="linear", ent_anneal_steps=1_000)
+    with pytest.raises(ValueError, match="ent_anneal_steps"):
+        PPOUpdater(make_model(), cfg, "cpu")
 
 
 def test_constant_is_the_default_and_keeps_ent_coef():
@@ -52,3 +68,8 @@ def test_an_update_at_the_horizon_trains_as_without_the_bonus_and_reports_its_co
 def test_an_unknown_schedule_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="ppo.ent_schedule"):
         from_dict({"ppo": {"ent_schedule": "cosine"}})
+
+
+def test_a_horizon_for_a_constant_bonus_is_refused_naming_both_keys():
+    with pytest.raises(ConfigError, match="ppo.ent_anneal_steps 1000 .* ppo.ent_schedule is constant"):
+        from_dict({"ppo": {"ent_anneal_steps": 1000}})
