@@ -193,8 +193,8 @@ class PPOConfig(BaseModel):
     """stop the epochs early once approx_kl exceeds this (0 disables)"""
     bptt: Annotated[int, Field(ge=0, le=MAX_ROLLOUT)] = 0
     """model.core lstm / gru: steps of each sequence the update replays (truncated backpropagation through time), a divisor of ppo.num_steps; each env slot's rollout is cut into num_steps / bptt sequences, each started from the state the acting policy had there, and the minibatches are made of whole sequences (0: the whole rollout, one sequence per env slot)"""
-    update_precision: Literal["fp32", "bf16"] = "fp32"
-    """fp32 | bf16: the update's forward and backward passes through the encoder (the CNN's convs and hidden layer) under bfloat16 autocast (1.4x faster than fp32 in benchmarks/update_cost.py on avx512_bf16 cores); the weights, Adam's state, the heads (log-probs, values) and the loss stay float32. Acting and evaluation stay float32"""
+    update_precision: Literal["fp32", "bf16", "auto"] = "fp32"
+    """fp32 | bf16: the update's forward and backward passes through the encoder (the CNN's convs and hidden layer) under bfloat16 autocast (1.4x faster than fp32 in benchmarks/update_cost.py on avx512_bf16 cores, several times slower on AVX2-only ones); the weights, Adam's state, the heads (log-probs, values) and the loss stay float32. Acting and evaluation stay float32 | auto: bf16 where the device computes bfloat16 at speed (a GPU that supports it, a CPU with AVX-512 or newer: oneDNN's check), else fp32; the learner's log says which"""
 
 
 class ModelConfig(BaseModel):

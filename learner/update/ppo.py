@@ -20,6 +20,7 @@ from torch import nn
 from learner.config import PPOConfig, lr_schedule
 from learner.model.normalize import ValueNormalizer
 from learner.update.loss import loss_statistics, ppo_loss
+from learner.update.precision import native_bf16, resolve_precision
 from learner.update.ranks import Ranks
 from learner.update.rates import adaptive_lr, kl_beta_update
 from learner.update.replay import chunks, evaluate, outputs_of, raw_values, replay_differences
@@ -109,6 +110,7 @@ class PPOUpdater:
         self.model = model.to(self.device)
         self.cfg = cfg
         self.schedule = lr_schedule(cfg)
+        self.precision = resolve_precision(cfg.update_precision, self.device, native_bf16(self.device))
         self.value_norm = value_norm  # shared with Inference, which de-normalizes the critic's outputs
         self.beta = cfg.kl_beta
         self.ent_coef = cfg.ent_coef  # the update under way's (ppo.ent_schedule)
@@ -119,7 +121,7 @@ class PPOUpdater:
     def _autocast(self):
         """The context the update's forward passes run in: bfloat16 autocast (ppo.update_precision bf16; the
         model keeps its heads in float32 under it), or nothing (fp32). Backward follows the forward's types."""
-        if self.cfg.update_precision == "fp32":
+        if self.precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 

@@ -1,5 +1,7 @@
 """ppo.update_precision: bf16 autocast of the encoder in the update, fp32 master weights (issue 41)."""
 import copy
+import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,10 +11,19 @@ from learner.config import ModelConfig, PPOConfig
 from learner.model.networks import build_model
 from learner.update.loss import ppo_loss
 from learner.update.ppo import PPOUpdater
+from learner.update.precision import native_bf16, resolve_precision
 from protocol.spaces import SpaceSpec
 
 IMAGE = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
 DISCRETE = SpaceSpec(kind="discrete", n=6)
+
+
+def _cpu_flags() -> set[str] | None:
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        return None
+    line = next((x for x in info.read_text().splitlines() if x.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
 
 
 def cnn():
@@ -46,11 +57,45 @@ def loss_and_grads(precision: str):
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-def test_the_default_is_fp32_and_only_fp32_or_bf16_are_accepted():
+def test_the_default_is_fp32_and_only_fp32_bf16_or_auto_are_accepted():
     assert PPOConfig().update_precision == "fp32"
     assert PPOConfig(update_precision="bf16").update_precision == "bf16"
+    assert PPOConfig(update_precision="auto").update_precision == "auto"
     with pytest.raises(ValidationError):
         PPOConfig(update_precision="fp16")
+
+
+@pytest.mark.parametrize("requested,native,expected", [("auto", True, "bf16"), ("auto", False, "fp32"),
+                                                       ("bf16", True, "bf16"), ("bf16", False, "bf16"),
+                                                       ("fp32", True, "fp32"), ("fp32", False, "fp32")])
+def test_auto_takes_bf16_only_where_the_device_does_it_at_speed(requested, native, expected):
+    assert resolve_precision(requested, torch.device("cpu"), native) == expected
+
+
+def test_bf16_where_it_is_slow_is_kept_with_a_warning_that_names_the_way_out(caplog):
+    with caplog.at_level(logging.INFO, logger="learner"):
+        resolve_precision("bf16", torch.device("cpu"), native=False)
+        resolve_precision("bf16", torch.device("cpu"), native=True)
+        resolve_precision("auto", torch.device("cpu"), native=False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and 'ppo.update_precision = "auto"' in warnings[0]
+    assert any("update precision fp32 (ppo.update_precision auto" in r.getMessage() for r in caplog.records)
+
+
+def test_the_updater_runs_auto_as_this_machine_allows():
+    """This CPU's answer from torch (oneDNN's bf16 check), and the updater's autocast following it."""
+    updater = PPOUpdater(cnn(), PPOConfig(update_precision="auto"), "cpu")
+    assert updater.precision == ("bf16" if native_bf16(torch.device("cpu")) else "fp32")
+    with updater._autocast():
+        assert torch.is_autocast_enabled("cpu") == (updater.precision == "bf16")
+
+
+def test_a_cpu_without_avx512_has_no_fast_bf16():
+    flags = _cpu_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo")
+    if not any(f.startswith("avx512") or f.startswith("amx") for f in flags):
+        assert not native_bf16(torch.device("cpu"))
 
 
 def test_fp32_runs_without_autocast():
