@@ -150,7 +150,20 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (f"{os.cpu_count()} cores, {cpu}{cpu_vectors()}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def cpu_vectors() -> str:
+    """What the CPU's vector units give torch: its kernels' level and whether bf16 runs at speed there (the update's
+    precision under `ppo.update_precision = "auto"`: the same recipe runs bf16 on one VM and fp32 on another)."""
+    try:
+        import torch
+        from learner.update.precision import native_bf16
+    except ImportError:  # an actor-only install
+        return ""
+    fast = native_bf16(torch.device("cpu"))
+    return f" ({torch.backends.cpu.get_cpu_capability()}, bf16 {'fast' if fast else 'slow: fp32 updates'})"
 
 
 def commit() -> str:

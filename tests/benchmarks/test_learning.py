@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from benchmarks.learning import first_hit, launch_command, parse_args
+import torch
+
+from benchmarks.learning import first_hit, launch_command, machine, parse_args
+from learner.update.precision import native_bf16
 from tests.integration.cluster import ROOT
 
 
@@ -23,6 +26,13 @@ def test_the_target_counts_only_once_the_window_holds_100_games():
     hit = first_hit(history, 20.0)
     assert (hit["update"], hit["env_steps"], hit["elapsed_s"]) == (5, 500, 50.0)
     assert first_hit(history, 20.4) is None
+
+
+def test_the_machine_line_says_the_cpus_vector_level_and_whether_bf16_updates_run_there():
+    """A recipe with update_precision auto runs bf16 on one VM and fp32 on another: its entry must say which."""
+    line = machine()
+    assert f"({torch.backends.cpu.get_cpu_capability()}, bf16 " in line
+    assert ("bf16 fast" in line) == native_bf16(torch.device("cpu"))
 
 
 def test_launch_arguments_after_the_separator_go_to_launch_and_resume_keeps_the_budget(tmp_path):
