@@ -11,7 +11,7 @@ import pytest
 
 import torch
 
-from benchmarks.learning import first_hit, launch_command, machine, parse_args
+from benchmarks.learning import cpu_vectors, first_hit, launch_command, parse_args
 from learner.update.precision import native_bf16
 from tests.integration.cluster import ROOT
 
@@ -29,8 +29,9 @@ def test_the_target_counts_only_once_the_window_holds_100_games():
 
 
 def test_the_machine_line_says_the_cpus_vector_level_and_whether_bf16_updates_run_there():
-    """A recipe with update_precision auto runs bf16 on one VM and fp32 on another: its entry must say which."""
-    line = machine()
+    """A recipe with update_precision auto runs bf16 on one VM and fp32 on another: its entry must say which
+    (machine() puts this after the CPU's name)."""
+    line = cpu_vectors()
     assert f"({torch.backends.cpu.get_cpu_capability()}, bf16 " in line
     assert ("bf16 fast" in line) == native_bf16(torch.device("cpu"))
 
