@@ -4,6 +4,7 @@
     python benchmarks/learning_seeds.py configs/atari-fast.toml --name atari-fast-pong --seeds 1-3 --target 20 \
         --max-steps 1500000 -- --set env.env_id=ALE/Pong-v5
     python benchmarks/learning_seeds.py ... --publish-only      # the entry from the seeds that have run so far
+    python benchmarks/learning_seeds.py ... --from docs/results/ENTRY   # its seeds counted, the others run here
 
 What it does:
 1. Runs `benchmarks/learning.py RECIPE --seed S --target T --max-steps N` for each seed, into
@@ -11,6 +12,9 @@ What it does:
    `--parallel P` runs P seeds side by side (default: one per 8 cores, so one at a time on a small machine).
    Resumable per seed: a seed whose run has ended is not run again; one that was cut off (its learning.json
    missing, its metrics.jsonl there) resumes from its last checkpoint to the same budget.
+   `--from ENTRY` (repeatable) brings the seeds of an entry this benchmark published with the same recipe,
+   settings, target and budget (read from its command) into runs/seeds/NAME as ended seeds: on a new machine
+   only the other seeds run, and the entry counts them all, naming where each imported seed ran.
 2. Writes one docs/results/<date>-<hardware>-NAME-seeds<A-B>/ entry: summary.json (every seed's summary and the
    aggregate), README.md (the table below), plot.png (every seed's return against agent steps and against wall
    time, the target drawn), config.toml, and each seed's metrics.jsonl.gz and episodes.jsonl.gz (every game).
@@ -30,6 +34,8 @@ import datetime as dt
 import gzip
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -74,6 +80,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "seeds", help="where the seeds' runs live")
     ap.add_argument("--results", type=Path, default=ROOT / "docs" / "results")
     ap.add_argument("--publish-only", action="store_true", help="write the entry from the seeds run so far")
+    ap.add_argument("--from", dest="imports", type=Path, action="append", default=[], metavar="ENTRY",
+                    help="a docs/results entry of this benchmark (same recipe, settings, target, budget): its "
+                    "seeds count as ended here (repeatable)")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:split])
@@ -99,8 +108,41 @@ def seed_ended(args: argparse.Namespace, seed: int) -> bool:
     if not published:
         return False
     summary = json.loads(published[-1].read_text())
-    return (summary["reached"] or (summary["final"]["env_steps"] or 0) >= args.max_steps
+    return ("imported_from" in summary or summary["reached"]
+            or (summary["final"]["env_steps"] or 0) >= args.max_steps
             or any(run.get("stopped_for") == "max-hours" for run in summary["runs"]))
+
+
+def import_entry(args: argparse.Namespace, entry: Path) -> list[int]:
+    """The seeds of ENTRY (published by this benchmark with the same recipe, settings, target and budget, read
+    from its command) written into runs/seeds/NAME as ended runs: metrics, games, config (its seed set) and a
+    published summary naming where it ran (an entry's own imports keep their origin). Only --seeds are taken; a
+    seed with a run here keeps it. Returns the seeds imported."""
+    summary = json.loads((entry / "summary.json").read_text())
+    theirs = parse_args(shlex.split(summary["command"])[2:])
+    for key in ("recipe", "launch_args", "target", "max_steps"):
+        if getattr(theirs, key) != getattr(args, key):
+            raise SystemExit(f"--from {entry}: its {key} is {getattr(theirs, key)!r}, here {getattr(args, key)!r}")
+    imported = []
+    for seed in summary["seeds"]:
+        run_dir = seed_dir(args, seed["seed"])
+        if seed["seed"] not in args.seeds or run_dir.exists():
+            continue
+        run_dir.mkdir(parents=True)
+        config = re.sub(r"(?m)^seed = \d+$", f"seed = {seed['seed']}", (entry / "config.toml").read_text(), count=1)
+        (run_dir / "config.toml").write_text(config)
+        for log in ("metrics", "episodes"):
+            if (packed := entry / f"seed{seed['seed']}-{log}.jsonl.gz").exists():
+                (run_dir / f"{log}.jsonl").write_bytes(gzip.decompress(packed.read_bytes()))
+        published = args.runs / args.name / "published" / f"imported-seed{seed['seed']}"
+        published.mkdir(parents=True, exist_ok=True)
+        origin = (summary.get("imported") or {}).get(str(seed["seed"])) or {
+            "imported_from": str(entry), "machine": summary["machine"], "commit": summary["commit"]}
+        (published / "summary.json").write_text(json.dumps(
+            {**origin, "reached": seed["reached"], "final": {"env_steps": seed["final_steps"]}, "runs": [],
+             "evaluation": seed["evaluation"]}, indent=2) + "\n")
+        imported.append(seed["seed"])
+    return imported
 
 
 def seed_command(args: argparse.Namespace, seed: int) -> list[str] | None:
@@ -165,9 +207,10 @@ def seed_games(args: argparse.Namespace, seed: int) -> list[float]:
     return [row["return"] for row in read_metrics(seed_dir(args, seed) / "episodes.jsonl")]
 
 
-def seed_evaluation(args: argparse.Namespace, seed: int) -> dict | None:
+def seed_published(args: argparse.Namespace, seed: int) -> dict:
+    """The seed's last published summary (learning.py's, or an import's); {} when there is none."""
     published = sorted((args.runs / args.name / "published").glob(f"*-seed{seed}/summary.json"))
-    return json.loads(published[-1].read_text()).get("evaluation") if published else None
+    return json.loads(published[-1].read_text()) if published else {}
 
 
 def plot(records: dict[int, list[dict]], target: float, title: str, out: Path) -> None:
@@ -203,7 +246,9 @@ def publish(args: argparse.Namespace) -> Path:
     spread = aggregate(records, args.target, args.marks, runs=len(records),
                        games={s: seed_games(args, s) for s in records})
     for seed in spread["seeds"]:
-        seed["evaluation"] = seed_evaluation(args, seed["seed"])
+        seed["evaluation"] = seed_published(args, seed["seed"]).get("evaluation")
+    imported = {s: {k: summary[k] for k in ("imported_from", "machine", "commit")}
+                for s in records if "imported_from" in (summary := seed_published(args, s))}
     spec = f"{min(args.seeds)}-{max(args.seeds)}" if len(args.seeds) > 1 else str(args.seeds[0])
     entry = args.results / f"{dt.date.today().isoformat()}-{hardware_label()}-{args.name}-seeds{spec}"
     entry.mkdir(parents=True, exist_ok=True)
@@ -211,12 +256,13 @@ def publish(args: argparse.Namespace) -> Path:
     command = f"python benchmarks/learning_seeds.py {' '.join(sys.argv[1:])}"
     summary = {"name": args.name, "recipe": args.recipe, "launch_args": args.launch_args, "command": command,
                "date": dt.date.today().isoformat(), "machine": machine(), "commit": commit(), **spread,
-               "pending": pending}
+               "pending": pending, "imported": imported}
     (entry / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (entry / "README.md").write_text(f"# {args.name}: {len(records)} of {len(args.seeds)} seeds ended, target "
                                      f"{args.target:g}\n\n`{command}`\n\n{summary['machine']}, commit "
-                                     f"{summary['commit']}\n\n{_pending_line(pending, logged)}"
-                                     f"{markdown_table(spread)}\n\n![curves](plot.png)\n")
+                                     f"{summary['commit']}\n\n{_imported_line(imported)}"
+                                     f"{_pending_line(pending, logged)}{markdown_table(spread)}\n\n"
+                                     f"![curves](plot.png)\n")
     shutil.copy(first / "config.toml", entry / "config.toml")
     for seed in records:
         for log in ("metrics", "episodes"):
@@ -237,8 +283,19 @@ def _pending_line(pending: list[int], logged: dict[int, list[dict]]) -> str:
     return f"Partial: not counted below until their runs end: {', '.join(named)}.\n\n"
 
 
+def _imported_line(imported: dict[int, dict]) -> str:
+    """Where each imported seed ran (its wall times are that machine's), or empty."""
+    if not imported:
+        return ""
+    named = [f"seed {s} on {i['machine']}, commit {i['commit']} ({Path(i['imported_from']).name})"
+             for s, i in sorted(imported.items())]
+    return f"Imported, run elsewhere: {'; '.join(named)}.\n\n"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    for entry in args.imports:
+        print(f"from {entry}: seeds {import_entry(args, entry) or 'none'} imported", flush=True)
     if not args.publish_only:
         run_seeds(args)
     entry = publish(args)

@@ -1,13 +1,14 @@
 """benchmarks/learning_seeds.py: seeds parsed, and each seed run once: fresh, resumed when cut off, skipped when
-ended; the entry it publishes from the seeds' runs."""
+ended or imported from an earlier entry; the entry it publishes from the seeds' runs."""
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 
 import pytest
 
-from benchmarks.learning_seeds import parse_args, publish, seed_command, seed_list
+from benchmarks.learning_seeds import import_entry, parse_args, publish, seed_command, seed_list
 
 
 def test_seed_lists():
@@ -85,3 +86,81 @@ def test_publish_before_any_seed_ended_says_so(tmp_path):
     (run / "metrics.jsonl").write_text(json.dumps({"update": 1, "env_steps": 100, "elapsed_s": 1.0}) + "\n")
     with pytest.raises(SystemExit, match="no seed of cartpole has ended yet"):
         publish(args)
+
+
+def made_up_entry(path, command: str):
+    """An entry as publish writes it: seed 1 ran on machine M1 and reached the target; seed 2 ended short of the
+    budget (its wall-time limit) and had itself been imported from an older entry (run on M0)."""
+    path.mkdir(parents=True)
+    seeds = [{"seed": 1, "reached": True, "final_steps": 200, "evaluation": {"mean": 150.0}},
+             {"seed": 2, "reached": False, "final_steps": 200, "evaluation": None}]
+    older = {"imported_from": "docs/results/older-entry", "machine": "M0", "commit": "c0"}
+    (path / "summary.json").write_text(json.dumps({"command": command, "machine": "M1", "commit": "c1",
+                                                   "seeds": seeds, "imported": {"2": older}}))
+    (path / "config.toml").write_text("[run]\nseed = 1\ntotal_steps = 300\n")
+    for seed, returns in ((1, [10, 120]), (2, [10, 50])):
+        rows = [{"update": i + 1, "env_steps": 100 * (i + 1), "elapsed_s": 5.0 * (i + 1), "episodes": 100 * (i + 1),
+                 "episode_return_mean": r} for i, r in enumerate(returns)]
+        (path / f"seed{seed}-metrics.jsonl.gz").write_bytes(gzip.compress(
+            "".join(json.dumps(r) + "\n" for r in rows).encode()))
+    games = [{"update": 2, "env_steps": 200, "return": 120.0, "length": 9}] * 20
+    (path / "seed1-episodes.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(g) + "\n" for g in games).encode()))
+    return path
+
+
+SAME = "python benchmarks/learning_seeds.py configs/cartpole.toml --name old --seeds 1-2 --target 100 --max-steps 300"
+
+
+def test_an_entrys_seeds_count_as_ended_and_only_the_others_run(tmp_path):
+    """--from ENTRY: seeds 1 and 2 come in as ended runs (their metrics, games and config, the seed set), seed 3
+    runs; seed 2 keeps the machine it ran on (the entry had imported it); importing again changes nothing."""
+    entry = made_up_entry(tmp_path / "entry", SAME + " -- --set ppo.ent_coef=0.01")
+    args = parse_args(["configs/cartpole.toml", "--seeds", "1-3", "--target", "100", "--max-steps", "300",
+                       "--runs", str(tmp_path / "runs"), "--from", str(entry), "--", "--set", "ppo.ent_coef=0.01"])
+    assert args.imports == [entry]
+    assert import_entry(args, entry) == [1, 2]
+    assert seed_command(args, 1) is None and seed_command(args, 2) is None
+    assert seed_command(args, 3)[-3:] == ["--", "--set", "ppo.ent_coef=0.01"]
+    run = tmp_path / "runs" / "cartpole"
+    assert (run / "seed1" / "metrics.jsonl").read_bytes() == gzip.decompress(
+        (entry / "seed1-metrics.jsonl.gz").read_bytes())
+    assert len((run / "seed1" / "episodes.jsonl").read_text().splitlines()) == 20
+    assert not (run / "seed2" / "episodes.jsonl").exists()
+    assert (run / "seed2" / "config.toml").read_text() == "[run]\nseed = 2\ntotal_steps = 300\n"
+    origins = {s: json.loads((run / "published" / f"imported-seed{s}" / "summary.json").read_text())
+               for s in (1, 2)}
+    assert (origins[1]["machine"], origins[1]["imported_from"], origins[1]["evaluation"]) == ("M1", str(entry),
+                                                                                              {"mean": 150.0})
+    assert (origins[2]["machine"], origins[2]["imported_from"]) == ("M0", "docs/results/older-entry")
+    (run / "seed1" / "metrics.jsonl").write_text("{}\n")  # a run here is kept
+    assert import_entry(args, entry) == []
+    assert (run / "seed1" / "metrics.jsonl").read_text() == "{}\n"
+
+
+@pytest.mark.parametrize("command, named", [
+    (SAME, "launch_args"),
+    (SAME.replace("--max-steps 300", "--max-steps 400") + " -- --set ppo.ent_coef=0.01", "max_steps"),
+    (SAME.replace("--target 100", "--target 90") + " -- --set ppo.ent_coef=0.01", "target"),
+    (SAME.replace("cartpole.toml", "pendulum.toml") + " -- --set ppo.ent_coef=0.01", "recipe"),
+])
+def test_an_entry_of_other_settings_is_refused(tmp_path, command, named):
+    entry = made_up_entry(tmp_path / "entry", command)
+    args = parse_args(["configs/cartpole.toml", "--seeds", "1-3", "--target", "100", "--max-steps", "300",
+                       "--runs", str(tmp_path / "runs"), "--", "--set", "ppo.ent_coef=0.01"])
+    with pytest.raises(SystemExit, match=f"its {named} is"):
+        import_entry(args, entry)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.integration  # git and uname name the commit and the machine
+def test_publish_names_where_each_imported_seed_ran(tmp_path):
+    entry = made_up_entry(tmp_path / "entry", SAME)
+    args = parse_args(["configs/cartpole.toml", "--seeds", "1-3", "--target", "100", "--max-steps", "300",
+                       "--marks", "100,300", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "res")])
+    import_entry(args, entry)
+    summary = json.loads((publish(args) / "summary.json").read_text())
+    assert (summary["runs"], summary["reached"], summary["pending"]) == (2, 1, [3])
+    assert {s: i["machine"] for s, i in summary["imported"].items()} == {"1": "M1", "2": "M0"}
+    readme = next((tmp_path / "res").iterdir()) / "README.md"
+    assert ("Imported, run elsewhere: seed 1 on M1, commit c1 (entry); seed 2 on M0, commit c0 (older-entry)."
+            in readme.read_text())
