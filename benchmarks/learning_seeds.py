@@ -245,10 +245,11 @@ def publish(args: argparse.Namespace) -> Path:
     pending = [s for s in args.seeds if s not in records]
     spread = aggregate(records, args.target, args.marks, runs=len(records),
                        games={s: seed_games(args, s) for s in records})
+    published = {s: seed_published(args, s) for s in records}
     for seed in spread["seeds"]:
-        seed["evaluation"] = seed_published(args, seed["seed"]).get("evaluation")
-    imported = {s: {k: summary[k] for k in ("imported_from", "machine", "commit")}
-                for s in records if "imported_from" in (summary := seed_published(args, s))}
+        seed["evaluation"] = published[seed["seed"]].get("evaluation")
+    imported = {s: {k: p[k] for k in ("imported_from", "machine", "commit")}
+                for s, p in published.items() if "imported_from" in p}
     spec = f"{min(args.seeds)}-{max(args.seeds)}" if len(args.seeds) > 1 else str(args.seeds[0])
     entry = args.results / f"{dt.date.today().isoformat()}-{hardware_label()}-{args.name}-seeds{spec}"
     entry.mkdir(parents=True, exist_ok=True)
