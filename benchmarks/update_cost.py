@@ -12,7 +12,7 @@
     python benchmarks/update_cost.py --compare activation   # pong-fast's update: ELU vs ReLU
     python benchmarks/update_cost.py --compare activation-acting   # its inference batch of 24: ELU vs ReLU
     python benchmarks/update_cost.py --compare recipe --candidate ppo.update_epochs=4,ppo.num_minibatches=4
-        # pong-fast's update as its file sets it against the file with a candidate's changes (issue 59: at most 2x)
+        # pong-fast's update per sample, the file against a candidate, each on its own rollout (issue 59: at most 2x)
 
 One update is CleanRL's Atari recipe: 1,024 samples of 4 x 84 x 84 frames, 4 epochs x 4 minibatches. Every
 variant computes the same function; only how it runs differs. A ratio above 1 means the second variant is
@@ -40,7 +40,7 @@ from typing import Callable
 
 import torch
 
-from learner.config import ModelConfig, PPOConfig, load
+from learner.config import Config, ModelConfig, PPOConfig, load
 from learner.model.normalize import ValueNormalizer
 from learner.model.networks import build_model
 from learner.update.ppo import PPOUpdater
@@ -157,12 +157,24 @@ def compare_act(repeats: int) -> tuple[float, float]:
 
 
 def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_FAST, n: int = PONG_N,
-                       heap: bool = False, as_configured: bool = False) -> float:
-    """Median seconds of pong-fast's update (rl_games' 4 x 4, or `as_configured` the file's own epochs and
-    minibatches, with the given --set overrides) after one warm-up update, on random frames whose input
-    statistics the network has taken in. heap: glibc's allocator tuned and released after each update, as the
-    learner does (learner/update/heap.py; this process for good)."""
-    cfg = load(config, overrides if as_configured else RL_GAMES_UPDATE + overrides)
+                       heap: bool = False) -> float:
+    """Median seconds of pong-fast's update (rl_games' 4 x 4, with the given --set overrides) of n samples after
+    one warm-up update, on random frames whose input statistics the network has taken in. heap: glibc's allocator tuned and released after each update, as
+    the learner does (learner/update/heap.py; this process for good)."""
+    cfg = load(config, RL_GAMES_UPDATE + overrides)
+    return _update_s(cfg, n, repeats, heap)
+
+
+def recipe_s_per_sample(overrides: list[str], repeats: int) -> float:
+    """Seconds per sample of pong-fast's update as the file (with the --set overrides) sets it: its own rollout
+    (cluster.envs x ppo.num_steps samples), epochs and minibatches, glibc's heap tuned as the learner tunes it.
+    A candidate with half the envs updates twice as often on half the samples: per sample is what compares."""
+    cfg = load(PONG_FAST, overrides)
+    n = cfg.cluster.envs * cfg.ppo.num_steps
+    return _update_s(cfg, n, repeats, heap=True) / n
+
+
+def _update_s(cfg: Config, n: int, repeats: int, heap: bool) -> float:
     torch.manual_seed(0)
     model = build_model(OBS, SpaceSpec(kind="discrete", n=6), cfg.model)
     g = torch.Generator().manual_seed(0)
@@ -261,10 +273,10 @@ def compare_activation_acting(repeats: int) -> tuple[float, float]:
 
 
 def compare_recipe(candidate: list[str]) -> Callable[[int], tuple[float, float]]:
-    """pong-fast's update as its file sets it against the file with `candidate`'s --set overrides, the same
-    8,192 samples (one rollout of 64 x 128), glibc's heap tuned as the learner tunes it: the cost per sample."""
-    return lambda repeats: (pong_fast_update_s([], repeats, heap=True, as_configured=True),
-                            pong_fast_update_s(candidate, repeats, heap=True, as_configured=True))
+    """pong-fast's update as its file sets it against the file with `candidate`'s --set overrides, each on its
+    own rollout, in seconds per 8,192 samples (the file's rollout of 64 x 128): the cost per sample."""
+    return lambda repeats: (PONG_N * recipe_s_per_sample([], repeats),
+                            PONG_N * recipe_s_per_sample(candidate, repeats))
 
 
 COMPARISONS = {"layout": (compare_layout, "NCHW", "channels-last", "s per update"),
@@ -328,7 +340,7 @@ def main() -> None:
         if not args.candidate:
             p.error("--compare recipe needs --candidate KEY=VALUE[,KEY=VALUE]")
         run, name_a, name_b, unit = (compare_recipe(args.candidate.split(",")), "pong-fast.toml",
-                                     f"with {args.candidate}", "s per update of 8,192 samples")
+                                     f"with {args.candidate}", "s per 8,192 samples")
     else:
         run, name_a, name_b, unit = COMPARISONS[args.compare]
     ratios = []
