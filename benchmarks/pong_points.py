@@ -1,0 +1,112 @@
+"""Point by point through a Pong checkpoint's games: where a stalled seed's lost games come from (issue 59).
+
+    python benchmarks/pong_points.py runs/seeds/NAME/seed2/checkpoints/ckpt_00000150.pt --games 20 --seed 1
+    python benchmarks/pong_points.py CKPT --games 20 --seed 1 --freeze-score   # the score shown as at 0-0
+    python benchmarks/pong_points.py CKPT --games 12 --seed 1 --lost-points     # each lost point of a bad game
+
+Plays whole games with sampled actions (as in training, on one torch thread) and prints each game's points in
+order (+ won, - lost), then the share of points lost by the opponent's score at the time. A policy that fails
+at random loses about as often at every score; one whose bad games are a mode it stays in loses far more once
+the opponent has a few points, because only the bad games get there.
+
+--freeze-score pastes the first frame's score rows (0-0) over every observation before the network sees it,
+to tell a mode the game's states put the policy in from one the score digits do (per-pixel input normalization
+turns a rarely seen digit into saturated inputs). --lost-points prints, for each point lost in a game under
+10, the last 8 agent steps' paddle and ball (from the console's RAM) and the actions of the last 40 steps:
+the same rows point after point are a deterministic loop (no sticky actions) that the policy keeps losing.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as `python benchmarks/pong_points.py`
+
+from actor.envs import make_env  # noqa: E402
+from learner.evaluation.evaluate import load_policy, one_torch_thread  # noqa: E402
+
+SCORE_ROWS = 9  # rows 0-8 of the 84 x 84 frame hold the score digits; the white border starts at row 9
+RAM = {"paddle": 51, "ball y": 54, "ball x": 49}  # Pong's RAM: the agent's paddle, the ball (AtariARI's map)
+BAD_GAME = 10  # --lost-points: games that end under this many points
+
+
+def lose_rates(points: list[tuple[int, bool]], top: int = 6) -> dict[str, tuple[int, int]]:
+    """(lost, played) by the opponent's score when the point was played; `top` and above pooled as "top+"."""
+    rates: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    for opponent, won in points:
+        key = str(opponent) if opponent < top else f"{top}+"
+        rates[key][0] += not won
+        rates[key][1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(rates.items())}
+
+
+def play(ckpt: Path, games: int, seed: int, freeze_score: bool, lost_points: bool) -> list[tuple[int, bool]]:
+    """Play `games` games; print each one's points and return (opponent's score, won) for every point."""
+    policy = load_policy(ckpt)
+    env = make_env(policy.cfg.env, seed)
+    ram = env.unwrapped.ale.getRAM
+    generator = torch.Generator().manual_seed(seed)
+    points: list[tuple[int, bool]] = []
+    recent: collections.deque = collections.deque(maxlen=40)
+    obs, _ = env.reset(seed=seed)
+    score_rows = torch.as_tensor(np.asarray(obs))[:, :SCORE_ROWS].clone()
+    game, sequence, losses = 0, "", []
+    while game < games:
+        x = torch.as_tensor(np.asarray(obs))[None]
+        if freeze_score:
+            x = x.clone()
+            x[0, :, :SCORE_ROWS] = score_rows
+        action = int(policy.model.act(x, generator=generator)[0][0])
+        state = ram()
+        recent.append((action, *(int(state[i]) for i in RAM.values())))
+        obs, reward, terminated, truncated, info = env.step(action)
+        if reward:
+            points.append((sequence.count("-"), reward > 0))
+            sequence += "+" if reward > 0 else "-"
+            if reward < 0 and lost_points:
+                losses.append(lost_point_line(sequence, recent))
+        if "episode" in info:
+            game += 1
+            print(f"game {game}: {info['episode']['r']:+g} {sequence}", flush=True)
+            if info["episode"]["r"] < BAD_GAME:
+                print("\n".join(losses))
+            sequence, losses = "", []
+        if terminated or truncated:
+            obs, _ = env.reset()
+    env.close()
+    return points
+
+
+def lost_point_line(sequence: str, recent: collections.deque) -> str:
+    columns = list(zip(*recent))
+    where = ", ".join(f"{name} {list(columns[i + 1][-8:])}" for i, name in enumerate(RAM))
+    actions = dict(sorted(collections.Counter(columns[0]).items()))
+    return f"  lost at {sequence.count('+')}-{sequence.count('-')}: {where}; actions {actions}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", type=Path, help="a Pong checkpoint (.pt) of a run")
+    p.add_argument("--games", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1, help="env and action-sampling seed")
+    p.add_argument("--freeze-score", action="store_true", help="show the network the score as at 0-0")
+    p.add_argument("--lost-points", action="store_true", help="print each lost point of a game under 10")
+    args = p.parse_args(argv)
+    if args.games < 1:
+        p.error("--games must be >= 1")
+    with torch.no_grad(), one_torch_thread():
+        points = play(args.checkpoint, args.games, args.seed, args.freeze_score, args.lost_points)
+    print("points lost by the opponent's score: " + ", ".join(
+        f"{k}: {lost}/{played} ({lost / played:.0%})" for k, (lost, played) in lose_rates(points).items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
