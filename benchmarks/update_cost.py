@@ -159,8 +159,9 @@ def compare_act(repeats: int) -> tuple[float, float]:
 def pong_fast_update_s(overrides: list[str], repeats: int, config: Path = PONG_FAST, n: int = PONG_N,
                        heap: bool = False) -> float:
     """Median seconds of pong-fast's update (rl_games' 4 x 4, with the given --set overrides) of n samples after
-    one warm-up update, on random frames whose input statistics the network has taken in. heap: glibc's allocator tuned and released after each update, as
-    the learner does (learner/update/heap.py; this process for good)."""
+    one warm-up update, on random frames whose input statistics the network has taken in. heap: glibc's
+    allocator tuned and released after each update, as the learner does (learner/update/heap.py; this process
+    for good)."""
     cfg = load(config, RL_GAMES_UPDATE + overrides)
     return _update_s(cfg, n, repeats, heap)
 
