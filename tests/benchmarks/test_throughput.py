@@ -24,6 +24,8 @@ def test_a_row_that_cannot_start_fails_naming_itself_and_the_next_rows_still_run
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("  error: row collect-random failed")]
     assert len(errors) == 2 and "no rollout within --row-timeout 8s" in errors[0], done.stderr[-3000:]
-    assert "the learner's last log lines" in done.stderr and "learner on " in done.stderr, done.stderr[-3000:]
+    # the learner's own lines follow (how far its start-up got within the 8 s depends on the machine's load)
+    tail = done.stderr.split("the learner's last log lines:\n", 1)
+    assert len(tail) == 2 and " INFO " in tail[1].splitlines()[0], done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert len(result["runs"]["ceiling"]) == 2, "the ceiling row ran in both rounds, after the failed row too"
