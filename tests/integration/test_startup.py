@@ -36,8 +36,9 @@ def test_envs_slower_to_build_than_the_actor_timeout_start_and_train(tmp_path, m
 
 
 def test_many_envs_per_actor_start_and_a_retire_storm_converges(tmp_path):
-    """Building 16 Breakout envs (~6 s on 2 cores beside other work) takes longer than the 3 s timeout here; then every actor is
-    frozen at once past the timeout, retired, thawed: each rejoins with the envs it kept, and training goes on.
+    """Building 16 Breakout envs (~6 s on 2 cores beside other work) takes longer than the 3 s timeout here;
+    then every actor is frozen at once past the timeout, retired, thawed: each rejoins with the envs it kept,
+    and training goes on.
     Not 2 s: an env's seeded first reset reloads its ROM in one call that holds the GIL (0.2 s alone, more on a
     loaded machine), which delays the building actor's 1 s heartbeat; beside other work a 2 s timeout retired
     one (found running the suite on 2 workers beside a learning run)."""
