@@ -171,6 +171,14 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def gzip_copy(src: Path, dst: Path) -> None:
+    """`src` compressed to `dst` with no time or name in the gzip header: the same log gives the same bytes, so an
+    entry published again shows only its changed files in git."""
+    with open(src, "rb") as source, open(dst, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+        shutil.copyfileobj(source, packed)
+
+
 def summarize(args: argparse.Namespace, run_dir: Path, runs: list[dict], evaluation: dict | None) -> dict:
     rows = read_metrics(run_dir / "metrics.jsonl")
     hit = first_hit(rows, args.target)
@@ -197,8 +205,7 @@ def publish(args: argparse.Namespace, run_dir: Path, summary: dict) -> Path:
     atomic_write(entry / "summary.json", json.dumps(summary, indent=2) + "\n")
     for name in ("metrics.jsonl", "learner.log"):
         if (run_dir / name).exists():
-            with open(run_dir / name, "rb") as src, gzip.open(entry / f"{name}.gz", "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            gzip_copy(run_dir / name, entry / f"{name}.gz")
     shutil.copy(run_dir / "config.toml", entry / "config.toml")
     subprocess.run([sys.executable, "-m", "ppo_cluster", "plot", str(run_dir), "-o", str(entry / "plot.png")],
                    cwd=ROOT, check=False, timeout=600)

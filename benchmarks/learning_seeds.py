@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules, run as a script
 
-from learning import commit, hardware_label, machine  # noqa: E402
+from learning import commit, gzip_copy, hardware_label, machine  # noqa: E402
 from learning_spread import aggregate, markdown_table  # noqa: E402
 from procfs import read_metrics  # noqa: E402
 
@@ -268,8 +268,7 @@ def publish(args: argparse.Namespace) -> Path:
     for seed in records:
         for log in ("metrics", "episodes"):
             if (path := seed_dir(args, seed) / f"{log}.jsonl").exists():
-                with open(path, "rb") as src, gzip.open(entry / f"seed{seed}-{log}.jsonl.gz", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                gzip_copy(path, entry / f"seed{seed}-{log}.jsonl.gz")
     plot(records, args.target, f"{args.name}: {spread['reached']} of {spread['runs']} seeds reached "
          f"{args.target:g} by {args.max_steps:,} agent steps", entry / "plot.png")
     return entry

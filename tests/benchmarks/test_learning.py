@@ -11,7 +11,7 @@ import pytest
 
 import torch
 
-from benchmarks.learning import cpu_vectors, first_hit, launch_command, parse_args
+from benchmarks.learning import cpu_vectors, first_hit, gzip_copy, launch_command, parse_args
 from learner.update.precision import native_bf16
 from tests.integration.cluster import ROOT
 
@@ -45,6 +45,16 @@ def test_launch_arguments_after_the_separator_go_to_launch_and_resume_keeps_the_
                        "--device", "cpu", "--set", "ppo.num_steps=64"]
     resumed = parse_args(["configs/pong-fast.toml", "--target", "20", "--max-steps", "1000", "--resume", str(tmp_path)])
     assert launch_command(resumed, tmp_path)[1:] == ["launch.py", "--resume", str(tmp_path), "--total-steps", "1000"]
+
+
+def test_a_log_published_again_gives_the_same_bytes_whenever_and_wherever_it_is_copied(tmp_path, monkeypatch):
+    log = b"".join(json.dumps({"update": i, "episode_return_mean": i / 3}).encode() + b"\n" for i in range(500))
+    (tmp_path / "metrics.jsonl").write_bytes(log)
+    gzip_copy(tmp_path / "metrics.jsonl", tmp_path / "seed1-metrics.jsonl.gz")
+    monkeypatch.setattr(gzip.time, "time", lambda: 2e9)  # published again, years later, under another name
+    gzip_copy(tmp_path / "metrics.jsonl", tmp_path / "metrics.jsonl.gz")
+    first, again = (tmp_path / "seed1-metrics.jsonl.gz").read_bytes(), (tmp_path / "metrics.jsonl.gz").read_bytes()
+    assert first == again and gzip.decompress(first) == log
 
 
 @pytest.mark.integration
