@@ -15,7 +15,8 @@ What it does:
    `--from ENTRY` (repeatable) brings the seeds of an entry this benchmark published with the same recipe,
    settings, target and budget (read from its command) into runs/seeds/NAME as ended seeds: on a new machine
    only the other seeds run, and the entry counts them all, naming where each imported seed ran.
-2. Writes one docs/results/<date>-<hardware>-NAME-seeds<A-B>/ entry: summary.json (every seed's summary and the
+2. Writes one docs/results/<date>-<hardware>-NAME-seeds<A-B>/ entry (the date its first ended seed was published:
+   published again on a later day, the entry keeps its name): summary.json (every seed's summary and the
    aggregate), README.md (the table below), plot.png (every seed's return against agent steps and against wall
    time, the target drawn), config.toml, and each seed's metrics.jsonl.gz and episodes.jsonl.gz (every game).
 
@@ -251,7 +252,7 @@ def publish(args: argparse.Namespace) -> Path:
     imported = {s: {k: p[k] for k in ("imported_from", "machine", "commit")}
                 for s, p in published.items() if "imported_from" in p}
     spec = f"{min(args.seeds)}-{max(args.seeds)}" if len(args.seeds) > 1 else str(args.seeds[0])
-    entry = args.results / f"{dt.date.today().isoformat()}-{hardware_label()}-{args.name}-seeds{spec}"
+    entry = args.results / f"{entry_date(published)}-{hardware_label()}-{args.name}-seeds{spec}"
     entry.mkdir(parents=True, exist_ok=True)
     first = seed_dir(args, min(records))
     command = f"python benchmarks/learning_seeds.py {' '.join(sys.argv[1:])}"
@@ -272,6 +273,12 @@ def publish(args: argparse.Namespace) -> Path:
     plot(records, args.target, f"{args.name}: {spread['reached']} of {spread['runs']} seeds reached "
          f"{args.target:g} by {args.max_steps:,} agent steps", entry / "plot.png")
     return entry
+
+
+def entry_date(published: dict[int, dict]) -> str:
+    """The day the first of the ended seeds was published (today where none says): an entry published again as
+    its later seeds end, on later days, keeps its name."""
+    return min((p["date"] for p in published.values() if p.get("date")), default=dt.date.today().isoformat())
 
 
 def _pending_line(pending: list[int], logged: dict[int, list[dict]]) -> str:

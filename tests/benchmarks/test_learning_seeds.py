@@ -46,7 +46,8 @@ def test_each_seed_runs_fresh_then_resumes_then_is_done(tmp_path):
 def test_publish_counts_the_seeds_that_ended_and_names_the_others(tmp_path):
     """Seeds 1 and 2 ended (published at the budget), seed 3 is still running, seed 4 has not started: the entry
     counts 1 of 2, names 3 and 4 as not counted yet, and keeps the ended seeds' metrics and games only (seed 2
-    logged no game: its tail is not known)."""
+    logged no game: its tail is not known). It is named by the day its first seed was published, not today's, so
+    that publishing it again as the others end writes the same entry."""
     args = parse_args(["configs/cartpole.toml", "--seeds", "1-4", "--target", "100", "--max-steps", "300",
                        "--marks", "100,300", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "res")])
     for seed, returns in ((1, [10, 120, 150]), (2, [10, 50, 90]), (3, [10])):
@@ -63,8 +64,10 @@ def test_publish_counts_the_seeds_that_ended_and_names_the_others(tmp_path):
             published = tmp_path / "runs" / "cartpole" / "published" / f"2026-11-29-test-cartpole-seed{seed}"
             published.mkdir(parents=True)
             (published / "summary.json").write_text(json.dumps(
-                {"reached": seed == 1, "final": {"env_steps": 300}, "runs": [{"stopped_for": "budget"}]}))
+                {"reached": seed == 1, "final": {"env_steps": 300}, "runs": [{"stopped_for": "budget"}],
+                 "date": f"2026-11-{30 - seed}"}))
     entry = publish(args)
+    assert entry.name.startswith("2026-11-28-") and entry.name.endswith("-cartpole-seeds1-4")
     summary = json.loads((entry / "summary.json").read_text())
     assert (summary["runs"], summary["logged"], summary["reached"], summary["pending"]) == (2, 2, 1, [3, 4])
     assert {p.name for p in entry.iterdir()} == {"summary.json", "README.md", "plot.png", "config.toml",
