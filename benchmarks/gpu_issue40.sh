@@ -14,7 +14,7 @@
 #           lag-kK-seg  the same with run.segments (issue 62 point 2: T-step segments, a job-wide quota);
 #         target (issue 62): >= 0.9x the ceiling with K collectors and lag;
 #   pong  pong-fast with policy lag, to 20 or PONG_S seconds of training (issue 62: 20 within 60 s; the run's
-#         agent steps/s against 15k: the fast recipes' 64 envs, 16 actors x 4);
+#         agent steps/s against 15k: 64 envs, 16 actors x 4, as the file held until 2026-12-01; it holds 32 now);
 #   cap   learner capacity with the network policy (K = 1 and 4 collectors; issue 40);
 #   seeds pong-fast on SEEDS (e.g. 1-3) through benchmarks/learning_seeds.py, each to 20 or SEED_S seconds, the
 #         multi-seed entry under results/ (issue 59 point 5; ~SEED_S + 40 s per seed: run it as its own pass,
@@ -23,8 +23,9 @@
 #      SECONDS, which is bash's own clock), ROLLOUTS (8), TP_ROWS ("sync lag-k4 lag-k4-seg"), COLLECTORS (4),
 #      PONG_S (90), SEEDS (1-3), SEED_S (120), COMMIT (the commit measured; the machine's copy may have no .git),
 #      PONG_LAG_SETS (stage pong's settings besides lag: the lag recipe that reached 20 at 729k steps on 2 cores,
-#      docs/results/2026-11-28-2core-cpu-pong-fast-lag1-fresh-linear1e-3-seed1-run3/; "" for the file's own),
-#      SEED_SETS (stage seeds' settings: "" for the file's own)
+#      docs/results/2026-11-28-2core-cpu-pong-fast-lag1-fresh-linear1e-3-seed1-run3/, on the file's 64 envs and 2 x 8
+#      of then; "" for the file's own),
+#      SEED_SETS (stage seeds' settings: "" for the file's own: 32 envs, 5 of 5 seeds to 20 on 2 cores)
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 DEV=${DEV:-cuda}; ACTORS=${ACTORS:-16}; EPA=${EPA:-32}; PONG_S=${PONG_S:-90}; SECONDS_ROW=${ROW_SECONDS:-25}
@@ -32,7 +33,7 @@ ROLLOUTS=${ROLLOUTS:-8}; STAGES=${STAGES:-"tp pong"}; COLLECTORS=${COLLECTORS:-4
 TP_ROWS=${TP_ROWS:-"sync lag-k$COLLECTORS lag-k$COLLECTORS-seg"}; SEEDS=${SEEDS:-1-3}; SEED_S=${SEED_S:-120}
 SEED_SETS=${SEED_SETS-}
 stage() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
-PONG_LAG_SETS=${PONG_LAG_SETS-"--set ppo.lag_fresh_advantages=true --set ppo.lr_schedule=linear --set ppo.learning_rate=1e-3 --set ppo.lr_anneal_steps=1000000 --set ppo.ent_coef=0.001 --set ppo.ent_schedule=constant"}
+PONG_LAG_SETS=${PONG_LAG_SETS-"--set cluster.envs=64 --set ppo.num_minibatches=8 --set ppo.lag_fresh_advantages=true --set ppo.lr_schedule=linear --set ppo.learning_rate=1e-3 --set ppo.lr_anneal_steps=1000000 --set ppo.ent_coef=0.001 --set ppo.ent_schedule=constant"}
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 T0=$(date +%s); since() { echo $(( $(date +%s) - T0 )); }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

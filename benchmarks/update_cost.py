@@ -53,7 +53,7 @@ RL_GAMES_UPDATE = ["ppo.update_epochs=4", "ppo.num_minibatches=4"]
 """The update issue 41 measured and its figures hold: rl_games' 4 epochs x 4 minibatches of 2,048 (pong-fast.toml
 now runs 2 x 8 of 1,024 on the CPU, half the work)."""
 PONG_N = 8192
-ACT_BATCH = 24  # env slots per inference batch, pong-fast on 2 cores (2 actors x 32 envs in 2 groups)
+ACT_BATCH = 24  # env slots per inference batch, pong-fast on 2 cores as it stood to 2026-12-01 (2 x 32 envs, 2 groups)
 OBS = SpaceSpec(kind="box", shape=(4, 84, 84), dtype="uint8")
 ACTIONS = SpaceSpec(kind="discrete", n=4)
 
