@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from pong_points import lose_rates  # noqa: E402
+from pong_points import lose_rates, lose_rates_by_number, points_of  # noqa: E402
 
 
 def test_lose_rates_count_each_point_under_the_opponents_score_then():
@@ -15,3 +15,18 @@ def test_lose_rates_count_each_point_under_the_opponents_score_then():
 def test_lose_rates_pool_the_top_scores():
     points = [(5, False), (6, False), (9, True), (12, False)]
     assert lose_rates(points, top=6) == {"5": (1, 1), "6+": (2, 3)}
+
+
+def test_points_of_gives_each_point_the_opponents_score_before_it():
+    assert points_of("-+-+") == [(0, False), (1, True), (1, False), (2, True)]
+    assert points_of("") == []
+
+
+def test_lose_rates_by_number_count_the_opening_serve_apart():
+    # three games that lose only their first point, one that loses its second and third
+    games = ["-" + "+" * 21] * 3 + ["+--" + "+" * 20]
+    assert lose_rates_by_number(games, top=3) == {"1": (3, 4), "2": (1, 4), "3+": (1, 3 * 20 + 21)}
+
+
+def test_lose_rates_by_number_order_the_numbers_as_numbers():
+    assert list(lose_rates_by_number(["+" * 12], top=11)) == [str(i) for i in range(1, 11)] + ["11+"]
