@@ -46,23 +46,21 @@ def points_of(sequence: str) -> list[tuple[int, bool]]:
 
 def lose_rates_by_number(sequences: list[str], top: int = 3) -> dict[str, tuple[int, int]]:
     """(lost, played) by the point's number in its game (1 is the opening serve); `top` and later pooled."""
-    rates: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
-    for sequence in sequences:
-        for i, point in enumerate(sequence, start=1):
-            key = str(i) if i < top else f"{top}+"
-            rates[key][0] += point == "-"
-            rates[key][1] += 1
-    return {k: (v[0], v[1]) for k, v in sorted(rates.items(), key=lambda kv: int(kv[0].rstrip("+")))}
+    return _tally(((i, point == "+") for sequence in sequences for i, point in enumerate(sequence, start=1)), top)
 
 
 def lose_rates(points: list[tuple[int, bool]], top: int = 6) -> dict[str, tuple[int, int]]:
     """(lost, played) by the opponent's score when the point was played; `top` and above pooled as "top+"."""
-    rates: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
-    for opponent, won in points:
-        key = str(opponent) if opponent < top else f"{top}+"
-        rates[key][0] += not won
-        rates[key][1] += 1
-    return {k: (v[0], v[1]) for k, v in sorted(rates.items())}
+    return _tally(points, top)
+
+
+def _tally(points, top: int) -> dict[str, tuple[int, int]]:
+    """(lost, played) per key of (key, won) points, in the keys' order; keys from `top` on pooled as "top+"."""
+    rates: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
+    for key, won in points:
+        rates[min(key, top)][0] += not won
+        rates[min(key, top)][1] += 1
+    return {(str(k) if k < top else f"{top}+"): (v[0], v[1]) for k, v in sorted(rates.items())}
 
 
 def play(ckpt: Path, games: int, seed: int, freeze_score: bool, lost_points: bool) -> list[str]:
