@@ -9,7 +9,10 @@ order (+ won, - lost), then the share of points lost by the opponent's score at 
 number in its game. A policy that fails at random loses about as often at every score; one whose bad games are a
 mode it stays in loses far more once the opponent has a few points, because only the bad games get there. One
 that loses a state every game has once loses that point's number: a seed held at 19.5 lost the game's first
-point, the opening serve, in 24 of 28 games and 0-2% of every later one (issue 59, 2026-12-01).
+point, the opening serve, in 24 of 28 games and 0-2% of every later one (issue 59, 2026-12-01). The last tally
+splits the points by their serve: Pong serves toward the side that won the last point and opens toward the
+opponent, so only the opening and the points after a lost one start with the opponent returning a serve (its
+opening return is one fixed trajectory: no sticky actions, and the agent cannot touch the ball before it).
 
 --freeze-score pastes the first frame's score rows (0-0) over every observation before the network sees it,
 to tell a mode the game's states put the policy in from one the score digits do (per-pixel input normalization
@@ -47,6 +50,22 @@ def points_of(sequence: str) -> list[tuple[int, bool]]:
 def lose_rates_by_number(sequences: list[str], top: int = 3) -> dict[str, tuple[int, int]]:
     """(lost, played) by the point's number in its game (1 is the opening serve); `top` and later pooled."""
     return _tally(((i, point == "+") for sequence in sequences for i, point in enumerate(sequence, start=1)), top)
+
+
+SERVES = ("the opening", "after a lost point", "after a won point")
+
+
+def lose_rates_by_serve(sequences: list[str]) -> dict[str, tuple[int, int]]:
+    """(lost, played) by the point's serve. Pong serves toward the side that won the last point and opens toward
+    the opponent, so the opening and every point after a lost one begin with the opponent's return of a serve,
+    the rest with the agent's; a good agent sees the first kind once a game."""
+    rates = {serve: [0, 0] for serve in SERVES}
+    for sequence in sequences:
+        for i, point in enumerate(sequence):
+            serve = SERVES[0] if i == 0 else SERVES[1] if sequence[i - 1] == "-" else SERVES[2]
+            rates[serve][0] += point == "-"
+            rates[serve][1] += 1
+    return {serve: (lost, played) for serve, (lost, played) in rates.items() if played}
 
 
 def lose_rates(points: list[tuple[int, bool]], top: int = 6) -> dict[str, tuple[int, int]]:
@@ -122,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     points = [point for sequence in sequences for point in points_of(sequence)]
     print("points lost by the opponent's score: " + shares(lose_rates(points)))
     print("points lost by their number in the game (1: the opening serve): " + shares(lose_rates_by_number(sequences)))
+    print("points lost by their serve: " + shares(lose_rates_by_serve(sequences)))
     return 0
 
 

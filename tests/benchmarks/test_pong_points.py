@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from pong_points import lose_rates, lose_rates_by_number, points_of  # noqa: E402
+from pong_points import lose_rates, lose_rates_by_number, lose_rates_by_serve, points_of  # noqa: E402
 
 
 def test_lose_rates_count_each_point_under_the_opponents_score_then():
@@ -30,3 +30,14 @@ def test_lose_rates_by_number_count_the_opening_serve_apart():
 
 def test_lose_rates_by_number_order_the_numbers_as_numbers():
     assert list(lose_rates_by_number(["+" * 12], top=11)) == [str(i) for i in range(1, 11)] + ["11+"]
+
+
+def test_lose_rates_by_serve_follow_the_last_points_winner():
+    # the opening lost, then won after it; a game whose two lost points come after a won one, and one after a lost one
+    games = ["-+++", "+-+--"]
+    assert lose_rates_by_serve(games) == {"the opening": (1, 2), "after a lost point": (1, 3),
+                                          "after a won point": (2, 4)}
+
+
+def test_lose_rates_by_serve_leave_out_a_serve_never_played():
+    assert lose_rates_by_serve(["+++"]) == {"the opening": (0, 1), "after a won point": (0, 2)}
