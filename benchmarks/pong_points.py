@@ -3,6 +3,7 @@
     python benchmarks/pong_points.py runs/seeds/NAME/seed2/checkpoints/ckpt_00000150.pt --games 20 --seed 1
     python benchmarks/pong_points.py CKPT --games 20 --seed 1 --freeze-score   # the score shown as at 0-0
     python benchmarks/pong_points.py CKPT --games 12 --seed 1 --lost-points     # each lost point of a bad game
+    python benchmarks/pong_points.py CKPT --games 20 --seed 1 --score-of-point 11   # the score shown as at 10-0
 
 Plays whole games with sampled actions (as in training, on one torch thread) and prints each game's points in
 order (+ won, - lost), then the share of points lost by the opponent's score at the time, and by the point's
@@ -16,9 +17,10 @@ opening return is one fixed trajectory: no sticky actions, and the agent cannot 
 
 --freeze-score pastes the first frame's score rows (0-0) over every observation before the network sees it,
 to tell a mode the game's states put the policy in from one the score digits do (per-pixel input normalization
-turns a rarely seen digit into saturated inputs). --lost-points prints, for each point lost in a game under
-10, the last 8 agent steps' paddle and ball (from the console's RAM) and the actions of the last 40 steps:
-the same rows point after point are a deterministic loop (no sticky actions) that the policy keeps losing.
+turns a rarely seen digit into saturated inputs). --score-of-point 11 shows the score of a later point (10-0 in a
+won game) instead, the opening serve included: whether the 0-0 digits are what loses the opening.
+--lost-points prints, for each point lost in a game under 10, the last 8 agent steps' paddle and ball (from the
+console's RAM) and the actions of the last 40 steps: the same rows point after point are a deterministic loop (no sticky actions) that the policy keeps losing.
 """
 from __future__ import annotations
 
@@ -82,8 +84,10 @@ def _tally(points, top: int) -> dict[str, tuple[int, int]]:
     return {(str(k) if k < top else f"{top}+"): (v[0], v[1]) for k, v in sorted(rates.items())}
 
 
-def play(ckpt: Path, games: int, seed: int, freeze_score: bool, lost_points: bool) -> list[str]:
-    """Play `games` games; print each one's points and return each game's points in order ("+" won, "-" lost)."""
+def play(ckpt: Path, games: int, seed: int, score_of_point: int, lost_points: bool) -> list[str]:
+    """Play `games` games; print each one's points and return each game's points in order ("+" won, "-" lost).
+    score_of_point N > 0: the score rows of the first game's N-th point (its first frame) are shown over every
+    frame from then on; for N > 1 that first game is a warm-up, not counted."""
     policy = load_policy(ckpt)
     env = make_env(policy.cfg.env, seed)
     ram = env.unwrapped.ale.getRAM
@@ -91,13 +95,15 @@ def play(ckpt: Path, games: int, seed: int, freeze_score: bool, lost_points: boo
     sequences: list[str] = []
     recent: collections.deque = collections.deque(maxlen=40)
     obs, _ = env.reset(seed=seed)
-    score_rows = torch.as_tensor(np.asarray(obs))[:, :SCORE_ROWS].clone()
+    shown_rows, warm_up = None, score_of_point > 1
     game, sequence, losses = 0, "", []
     while game < games:
         x = torch.as_tensor(np.asarray(obs))[None]
-        if freeze_score:
+        if score_of_point and shown_rows is None and len(sequence) == score_of_point - 1:
+            shown_rows = x[0, -1:, :SCORE_ROWS].clone()  # the newest frame's rows, in every frame of the stack
+        if shown_rows is not None:
             x = x.clone()
-            x[0, :, :SCORE_ROWS] = score_rows
+            x[0, :, :SCORE_ROWS] = shown_rows
         action = int(policy.model.act(x, generator=generator)[0][0])
         state = ram()
         recent.append((action, *(int(state[i]) for i in RAM.values())))
@@ -107,11 +113,15 @@ def play(ckpt: Path, games: int, seed: int, freeze_score: bool, lost_points: boo
             if reward < 0 and lost_points:
                 losses.append(lost_point_line(sequence, recent))
         if "episode" in info:
-            game += 1
-            print(f"game {game}: {info['episode']['r']:+g} {sequence}", flush=True)
-            sequences.append(sequence)
-            if info["episode"]["r"] < BAD_GAME:
-                print("\n".join(losses))
+            if warm_up:
+                print(f"warm-up game, its point {score_of_point}'s score rows kept: {sequence}", flush=True)
+                warm_up = False
+            else:
+                game += 1
+                print(f"game {game}: {info['episode']['r']:+g} {sequence}", flush=True)
+                sequences.append(sequence)
+                if info["episode"]["r"] < BAD_GAME:
+                    print("\n".join(losses))
             sequence, losses = "", []
         if terminated or truncated:
             obs, _ = env.reset()
@@ -131,13 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint", type=Path, help="a Pong checkpoint (.pt) of a run")
     p.add_argument("--games", type=int, default=20)
     p.add_argument("--seed", type=int, default=1, help="env and action-sampling seed")
-    p.add_argument("--freeze-score", action="store_true", help="show the network the score as at 0-0")
+    p.add_argument("--freeze-score", action="store_true", help="show the network the score as at 0-0 "
+                   "(--score-of-point 1)")
+    p.add_argument("--score-of-point", type=int, default=0, metavar="N",
+                   help="show the network the score as at the first game's N-th point (1-21), over every frame "
+                        "from then on; for N > 1 that game is a warm-up, not counted")
     p.add_argument("--lost-points", action="store_true", help="print each lost point of a game under 10")
     args = p.parse_args(argv)
     if args.games < 1:
         p.error("--games must be >= 1")
+    if not 0 <= args.score_of_point <= 21:
+        p.error(f"--score-of-point must be 1-21 (a game's first 21 points), not {args.score_of_point}")
+    score_of_point = 1 if args.freeze_score else args.score_of_point
     with torch.no_grad(), one_torch_thread():
-        sequences = play(args.checkpoint, args.games, args.seed, args.freeze_score, args.lost_points)
+        sequences = play(args.checkpoint, args.games, args.seed, score_of_point, args.lost_points)
     points = [point for sequence in sequences for point in points_of(sequence)]
     print("points lost by the opponent's score: " + shares(lose_rates(points)))
     print("points lost by their number in the game (1: the opening serve): " + shares(lose_rates_by_number(sequences)))

@@ -41,3 +41,11 @@ def test_lose_rates_by_serve_follow_the_last_points_winner():
 
 def test_lose_rates_by_serve_leave_out_a_serve_never_played():
     assert lose_rates_by_serve(["+++"]) == {"the opening": (0, 1), "after a won point": (0, 2)}
+
+
+def test_score_of_point_names_the_points_a_game_has(capsys):
+    import pytest
+    from pong_points import main
+    with pytest.raises(SystemExit):
+        main(["unused.pt", "--score-of-point", "22"])
+    assert "--score-of-point must be 1-21" in capsys.readouterr().err
