@@ -20,7 +20,8 @@ to tell a mode the game's states put the policy in from one the score digits do 
 turns a rarely seen digit into saturated inputs). --score-of-point 11 shows the score of a later point (10-0 in a
 won game) instead, the opening serve included: whether the 0-0 digits are what loses the opening.
 --lost-points prints, for each point lost in a game under 10, the last 8 agent steps' paddle and ball (from the
-console's RAM) and the actions of the last 40 steps: the same rows point after point are a deterministic loop (no sticky actions) that the policy keeps losing.
+console's RAM) and the actions of the last 40 steps: the same rows point after point are a deterministic loop
+(no sticky actions) that the policy keeps losing.
 """
 from __future__ import annotations
 
