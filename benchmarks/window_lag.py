@@ -45,11 +45,16 @@ def seed_games(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return (np.array([g["env_steps"] for g in games], np.int64), np.array([g["return"] for g in games], np.float64))
 
 
+def seed_of(path: Path) -> int:
+    """The seed number in `seed<S>-episodes.jsonl.gz`."""
+    return int(re.match(r"seed(\d+)-", path.name).group(1))
+
+
 def entry_rows(entry: Path, target: float) -> list[dict]:
     rows = []
-    for path in sorted(entry.glob("seed*-episodes.jsonl.gz"), key=lambda p: int(re.findall(r"\d+", p.name)[0])):
+    for path in sorted(entry.glob("seed*-episodes.jsonl.gz"), key=seed_of):
         steps, returns = seed_games(path)
-        row = {"seed": int(re.findall(r"\d+", path.name)[0])}
+        row = {"seed": seed_of(path)}
         for n in WINDOWS:
             hit = first_held(steps, returns, n, target)
             row[n] = hit[0] if hit else None
