@@ -17,7 +17,8 @@ What it does:
    only the other seeds run, and the entry counts them all, naming where each imported seed ran.
 2. Writes one docs/results/<date>-<hardware>-NAME-seeds<A-B>/ entry (the date its first ended seed was published:
    published again on a later day, the entry keeps its name): summary.json (every seed's summary and the
-   aggregate), README.md (the table below), plot.png (every seed's return against agent steps and against wall
+   aggregate), README.md (the table below; a "## Notes" section added by hand is kept when the entry is published
+   again, and the command it names is the one that reproduces it, without --publish-only), plot.png (every seed's return against agent steps and against wall
    time, the target drawn), config.toml, and each seed's metrics.jsonl.gz and episodes.jsonl.gz (every game).
 
 The aggregate (learning_spread.py, tested on made-up curves): seeds reached / seeds run; steps and wall time to
@@ -255,16 +256,17 @@ def publish(args: argparse.Namespace) -> Path:
     entry = args.results / f"{entry_date(published)}-{hardware_label()}-{args.name}-seeds{spec}"
     entry.mkdir(parents=True, exist_ok=True)
     first = seed_dir(args, min(records))
-    command = f"python benchmarks/learning_seeds.py {' '.join(sys.argv[1:])}"
+    command = f"python benchmarks/learning_seeds.py {' '.join(a for a in sys.argv[1:] if a != '--publish-only')}"
     summary = {"name": args.name, "recipe": args.recipe, "launch_args": args.launch_args, "command": command,
                "date": dt.date.today().isoformat(), "machine": machine(), "commit": commit(), **spread,
                "pending": pending, "imported": imported}
     (entry / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    notes = _notes_of(entry / "README.md")
     (entry / "README.md").write_text(f"# {args.name}: {len(records)} of {len(args.seeds)} seeds ended, target "
                                      f"{args.target:g}\n\n`{command}`\n\n{summary['machine']}, commit "
                                      f"{summary['commit']}\n\n{_imported_line(imported)}"
                                      f"{_pending_line(pending, logged)}{markdown_table(spread)}\n\n"
-                                     f"![curves](plot.png)\n")
+                                     f"![curves](plot.png)\n{notes}")
     shutil.copy(first / "config.toml", entry / "config.toml")
     for seed in records:
         for log in ("metrics", "episodes"):
@@ -273,6 +275,16 @@ def publish(args: argparse.Namespace) -> Path:
     plot(records, args.target, f"{args.name}: {spread['reached']} of {spread['runs']} seeds reached "
          f"{args.target:g} by {args.max_steps:,} agent steps", entry / "plot.png")
     return entry
+
+
+def _notes_of(readme: Path) -> str:
+    """What a person wrote under "## Notes" in the entry's README (to its end), kept when the entry is published
+    again as more seeds end; empty for a new entry."""
+    if not readme.exists():
+        return ""
+    text = readme.read_text()
+    at = re.search(r"^## Notes$", text, flags=re.M)
+    return "" if at is None else "\n" + text[at.start():].rstrip("\n") + "\n"
 
 
 def entry_date(published: dict[int, dict]) -> str:

@@ -167,3 +167,31 @@ def test_publish_names_where_each_imported_seed_ran(tmp_path):
     readme = next((tmp_path / "res").iterdir()) / "README.md"
     assert ("Imported, run elsewhere: seed 1 on M1, commit c1 (entry); seed 2 on M0, commit c0 (older-entry)."
             in readme.read_text())
+
+
+@pytest.mark.integration  # git and uname name the commit and the machine
+def test_publishing_again_keeps_the_notes_and_names_the_command_without_publish_only(tmp_path, monkeypatch):
+    """An entry published as its seeds end: the "## Notes" a person added to its README survive the next
+    publication, and the command it gives is the one that runs the seeds (--publish-only only rewrote it)."""
+    argv = ["configs/cartpole.toml", "--seeds", "1", "--target", "100", "--max-steps", "300", "--publish-only",
+            "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
+    monkeypatch.setattr("sys.argv", ["benchmarks/learning_seeds.py", *argv])
+    args = parse_args(argv)
+    run = tmp_path / "runs" / "cartpole" / "seed1"
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text("[run]\n")
+    (run / "metrics.jsonl").write_text(json.dumps({"update": 1, "env_steps": 300, "elapsed_s": 1.0,
+                                                   "episodes": 10, "episode_return_mean": 120.0}) + "\n")
+    published = tmp_path / "runs" / "cartpole" / "published" / "2026-11-29-test-cartpole-seed1"
+    published.mkdir(parents=True)
+    (published / "summary.json").write_text(json.dumps({"reached": True, "final": {"env_steps": 300},
+                                                        "runs": [], "date": "2026-11-29"}))
+    readme = publish(args) / "README.md"
+    assert "## Notes" not in readme.read_text()
+    readme.write_text(readme.read_text() + "\n## Notes\n\n- seed 1 ran beside the test suite.\n")
+    again = publish(args) / "README.md"
+    assert again == readme
+    text = readme.read_text()
+    assert text.count("## Notes") == 1 and text.endswith("## Notes\n\n- seed 1 ran beside the test suite.\n")
+    assert "--publish-only" not in text and "--max-steps 300" in text
+    assert "--publish-only" not in json.loads((readme.parent / "summary.json").read_text())["command"]
