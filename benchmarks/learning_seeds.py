@@ -18,8 +18,9 @@ What it does:
 2. Writes one docs/results/<date>-<hardware>-NAME-seeds<A-B>/ entry (the date its first ended seed was published:
    published again on a later day, the entry keeps its name): summary.json (every seed's summary and the
    aggregate), README.md (the table below; a "## Notes" section added by hand is kept when the entry is published
-   again, and the command it names is the one that reproduces it, without --publish-only), plot.png (every seed's return against agent steps and against wall
-   time, the target drawn), config.toml, and each seed's metrics.jsonl.gz and episodes.jsonl.gz (every game).
+   again, and the command it names is the one that reproduces it, without --publish-only), plot.png (every
+   seed's return against agent steps and against wall time, the target drawn), config.toml, and each seed's
+   metrics.jsonl.gz and episodes.jsonl.gz (every game).
 
 The aggregate (learning_spread.py, tested on made-up curves): seeds reached / seeds run; steps and wall time to
 the target per seed, their median (over every seed run: a seed that did not reach it counts as later than all
