@@ -17,7 +17,7 @@ from pathlib import Path
 
 import zmq
 
-from actor import EXIT_REFUSED
+from actor import EXIT_REFUSED, leave_quietly
 from actor.env_groups import ActorEnvs, SpacesDiffer
 from actor.group_count import RoundTrips
 from protocol import compression
@@ -392,7 +392,9 @@ def run_actor(opts: ActorOptions, on_refused=None) -> int:
 
 def _leave(envs, ctx) -> None:
     """Close the envs and the sockets with SIGINT, SIGTERM and SIGHUP ignored: leaving anyway (a supervisor's
-    SIGTERM after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback)."""
+    SIGTERM after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback).
+    leave_quietly first: it silences leave_on_sigterm's handlers at once, before they are replaced one by one."""
+    leave_quietly()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)

@@ -42,9 +42,13 @@ def actor_process(address: str, endpoints: str, num_envs: int, groups: int | str
         from protocol.security import ClientKeys  # here: zmq's CURVE, only when keys are given
         curve = ClientKeys.load(*keys)
     tell = (lambda reason: refusals.put((name, reason))) if refusals is not None else None
-    sys.exit(run_actor(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
-                                    deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve),
-                                    endpoints=endpoints), on_refused=tell))
+    try:
+        code = run_actor(ActorOptions(learner=address, num_envs=num_envs, groups=groups, name=name, parent_pid=parent_pid,
+                                      deadlines=Deadlines(reconnect_s=math.inf), wire=Wire(curve=curve),
+                                      endpoints=endpoints), on_refused=tell)
+    except KeyboardInterrupt:  # a stop signal in the instant between run_actor's return and its leaving: stopped
+        code = 0               # as asked (the process's end closes what the goodbye did not)
+    sys.exit(code)
 
 
 def eval_process(cfg_dict: dict, run_dir: str, parent_pid: int) -> None:
