@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -391,12 +390,8 @@ def run_actor(opts: ActorOptions, on_refused=None) -> int:
 
 
 def _leave(envs, ctx) -> None:
-    """Close the envs and the sockets with SIGINT, SIGTERM and SIGHUP ignored: leaving anyway (a supervisor's
-    SIGTERM after the learner died once arrived during ctx.term() and printed a KeyboardInterrupt traceback).
-    leave_quietly first: it silences leave_on_sigterm's handlers at once, before they are replaced one by one."""
+    """Close the envs and the sockets deaf to the stop signals (actor.leave_quietly): leaving anyway (a supervisor's
+    SIGTERM after the learner died once arrived during ctx.term(), or as the goodbye did, and printed a traceback)."""
     leave_quietly()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
     envs.close()
     ctx.term()
