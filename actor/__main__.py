@@ -7,7 +7,8 @@ import os
 import socket
 import sys
 
-from actor import leave_on_sigterm, name_process
+from actor import name_process
+from actor.stop_signals import leave_on_sigterm
 from protocol.messages import MAX_ENV_SLOTS, MAX_GROUPS
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import zmq
 
-from actor import EXIT_REFUSED, leave_quietly
+from actor import EXIT_REFUSED
+from actor.stop_signals import leave_quietly
 from actor.env_groups import ActorEnvs, SpacesDiffer
 from actor.group_count import RoundTrips
 from protocol import compression
@@ -110,7 +111,7 @@ def learner_address(opts: ActorOptions) -> str:
 
 
 def _signal_name(exc: KeyboardInterrupt) -> str:
-    return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.leave_on_sigterm
+    return str(exc.args[0]) if exc.args else "Ctrl-C"  # see actor.stop_signals
 
 
 def run_session(opts: ActorOptions, ctx: zmq.Context, joined: list, envs: ActorEnvs, address: str | None = None,
@@ -390,7 +391,7 @@ def run_actor(opts: ActorOptions, on_refused=None) -> int:
 
 
 def _leave(envs, ctx) -> None:
-    """Close the envs and the sockets deaf to the stop signals (actor.leave_quietly): leaving anyway (a supervisor's
+    """Close the envs and the sockets deaf to the stop signals (actor.stop_signals): leaving anyway (a supervisor's
     SIGTERM after the learner died once arrived during ctx.term(), or as the goodbye did, and printed a traceback)."""
     leave_quietly()
     envs.close()

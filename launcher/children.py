@@ -9,7 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from actor import leave_on_sigterm, name_process
+from actor import name_process
+from actor.stop_signals import leave_on_sigterm
 from learner.config import from_dict
 from learner.lifecycle.process import Heartbeat
 from protocol.files import open_append

@@ -45,7 +45,7 @@ class StopRequests:
         """proc.start() with SIGINT and SIGHUP blocked in this thread. The child inherits the block through exec,
         so a Ctrl-C never reaches it from its first instruction on (the launcher stops it in order, with
         SIGTERM), and the SIGHUP of a closed terminal waits until the child's own handler takes it (the learner
-        stops as on SIGTERM, an actor leaves; learner/lifecycle/process.py's Stop, actor.leave_on_sigterm).
+        stops as on SIGTERM, an actor leaves; learner/lifecycle/process.py's Stop, actor.stop_signals).
         The handler here stays in place meanwhile: a Ctrl-C that lands during the start is held for this
         thread, or taken at once by another thread of this process (numpy's BLAS threads do not block it),
         and handled either way. (Ignoring SIGINT here instead, as before, lost it: a pending signal is

@@ -1,5 +1,5 @@
 """An actor stops once: the first stop signal raises KeyboardInterrupt, any later one finds it leaving (actor's
-leave_on_sigterm and leave_quietly). Each case runs in a fresh Python process, with real signals sent to itself."""
+actor.stop_signals). Each case runs in a fresh Python process, with real signals sent to itself."""
 import subprocess
 import sys
 import textwrap
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration  # each case is a Python process of its own
 def run(body: str) -> subprocess.CompletedProcess:
     code = textwrap.dedent("""
         import os, signal
-        from actor import leave_on_sigterm, leave_quietly
+        from actor.stop_signals import leave_on_sigterm, leave_quietly
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal (background jobs start it ignored)
 
         def busy():  # Python work, during which a pending signal's handler runs
